@@ -1,0 +1,50 @@
+# Two commands for a new user: `make book` and `make test`. Everything else is optional.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+JOBS ?= 2
+
+.PHONY: help install book test test-graders test-book bench exercises solutions grade clean
+
+help:
+	@echo "make book       install into .venv (first time) and build the HTML book into _build/html"
+	@echo "make test       install if needed and run every check (graders, stubs, catalogue, nbval, book, browser)"
+	@echo "make bench      run benchmarks/ and write _build/bench/results.json"
+	@echo "make exercises  regenerate exercises/ from solutions/"
+	@echo "make solutions  re-execute solutions/ in place (refreshes their stored outputs)"
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# jupyter-cache (execute_notebooks: cache) re-executes only notebooks whose code changed.
+book: $(STAMP)
+	$(BIN)/jupyter-book build . -W --keep-going
+
+test: $(STAMP)
+	$(BIN)/python -m grading.stubs --check
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --prove --nbval --nbval-current-env tests/ solutions/
+	$(MAKE) --no-print-directory test-book
+
+# The book build is a check too (warnings are errors); then a real browser opens every page.
+test-book: book
+	$(BIN)/python -m pytest -p no:grading tests/browser/ -q
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+exercises: $(STAMP)
+	$(BIN)/python -m grading.stubs
+
+solutions: $(STAMP)
+	$(BIN)/python tools/execute_notebooks.py $(or $(NB),solutions/*.ipynb)
+	$(BIN)/python -m grading.stubs
+
+clean:
+	rm -rf _build

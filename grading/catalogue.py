@@ -1,0 +1,80 @@
+"""The catalogue of wrong implementations.
+
+Each chapter keeps, in ``tests/catalogue/<stem>.py``, a list ``BUGS`` of the
+mistakes people really make. A bug is the solution notebook with one change:
+
+- ``code``: the whole solution region of ``exercise`` replaced by this code
+  (indentation is added to match the region), or
+- ``old``/``new``: one exact text substitution inside that exercise's cell(s),
+  which must match exactly once.
+
+``pytest --prove`` runs every grader of the chapter against every bug and fails
+unless each bug is rejected by at least one test (and says which).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from grading.regions import exercises_in, replace_regions
+from grading.stubs import cell_source
+
+ROOT = Path(__file__).resolve().parent.parent
+CATALOGUE_DIR = ROOT / "tests" / "catalogue"
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str  # short id, shown in test ids: "forgot_kv_factor_2"
+    exercise: str  # "1.1"
+    why: str  # the mistake in one sentence
+    code: str | None = None
+    old: str | None = None
+    new: str | None = None
+    tests: str | None = None  # optional substring: only tests whose name contains it run against this bug
+
+    def apply(self, nb: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
+        """A copy of the solution notebook ``nb`` with this bug in it."""
+        if (self.code is None) == (self.old is None):
+            raise ValueError(f"bug {self.name}: give either code or old/new")
+        nb = nbformat.from_dict(nb)
+        hits = 0
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            source = cell_source(cell)
+            if self.exercise not in exercises_in(source, f"{name} cell {index}"):
+                continue
+            if self.code is not None:
+                body = textwrap.dedent(self.code).strip("\n").splitlines()
+                cell.source = replace_regions(
+                    source, lambda region, _: [region.indent + line if line else line for line in body], only=self.exercise
+                )
+                hits += 1
+            else:
+                count = source.count(self.old)
+                hits += count
+                cell.source = source.replace(self.old, self.new)
+        if hits != 1:
+            raise ValueError(f"bug {self.name}: expected to change exercise {self.exercise} once, changed it {hits} times")
+        return nb
+
+
+def load_catalogue(stem: str) -> list[Bug]:
+    """``BUGS`` from ``tests/catalogue/<stem>.py`` (empty if the file is absent)."""
+    path = CATALOGUE_DIR / f"{stem}.py"
+    if not path.exists():
+        return []
+    spec = importlib.util.spec_from_file_location(f"catalogue_{stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    bugs = list(module.BUGS)
+    names = [b.name for b in bugs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{path}: duplicate bug names")
+    return bugs

@@ -1,0 +1,135 @@
+"""Assertions whose failure messages a student can act on.
+
+Every failure raises :class:`GradingFailure` (an ``AssertionError``) whose text is the
+whole report: the call that was made, what was expected, what came back, and for
+tensors the largest error and the first element that is out of tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+
+class GradingFailure(AssertionError):
+    """A wrong answer. Its message is shown to the student as it is."""
+
+
+def describe(value: Any) -> str:
+    """Short description of an argument: tensors by shape and dtype, never by value."""
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).replace("torch.", "")
+        return f"tensor{tuple(value.shape)} {dtype}" + ("" if value.device.type == "cpu" else f" on {value.device}")
+    if isinstance(value, (list, tuple)) and len(value) > 6:
+        return f"{type(value).__name__} of {len(value)}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def call_text(name: str, *args, **kwargs) -> str:
+    parts = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()]
+    return f"{name}({', '.join(parts)})"
+
+
+def assert_equal(got: Any, expected: Any, call: str) -> None:
+    """Exact comparison for integers, strings, booleans and containers of them.
+    An integer count returned as a float (``4.0`` for ``4``) is reported, because
+    float arithmetic on token counts is a real bug past 2**53."""
+    if got == expected:
+        if isinstance(expected, int) and isinstance(got, float):
+            raise GradingFailure(f"{call} returned the float {got!r}; expected the int {expected!r}")
+        return
+    raise GradingFailure(f"{call} is wrong\n  expected: {expected!r}\n  got:      {got!r}")
+
+
+def _as_tensor(value: Any, call: str, what: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (int, float)):
+        return torch.tensor(value, dtype=torch.float64)
+    raise GradingFailure(f"{call} returned {type(value).__name__} for {what}; expected a torch.Tensor")
+
+
+def assert_close(
+    got: Any,
+    expected: Any,
+    call: str,
+    *,
+    atol: float,
+    rtol: float = 0.0,
+    dtype: torch.dtype | None = None,
+    what: str = "the result",
+) -> None:
+    """``|got - expected| <= atol + rtol * |expected|`` elementwise, in fp64.
+
+    Checks type, device, shape and (if given) dtype first, because those are the
+    mistakes that otherwise surface as a confusing broadcast or a NaN."""
+    got_t = _as_tensor(got, call, what)
+    exp_t = _as_tensor(expected, call, what)
+    if got_t.device.type != "cpu" and exp_t.device.type == "cpu":
+        raise GradingFailure(f"{call}: {what} is on {got_t.device}; expected a CPU tensor")
+    if tuple(got_t.shape) != tuple(exp_t.shape):
+        raise GradingFailure(f"{call}: {what} has shape {tuple(got_t.shape)}; expected {tuple(exp_t.shape)}")
+    if dtype is not None and got_t.dtype != dtype:
+        raise GradingFailure(f"{call}: {what} has dtype {got_t.dtype}; expected {dtype}")
+    g = got_t.detach().to("cpu", torch.float64)
+    e = exp_t.detach().to("cpu", torch.float64)
+    nan_got, nan_exp = torch.isnan(g), torch.isnan(e)
+    if (nan_got & ~nan_exp).any():
+        idx = tuple(int(i) for i in (nan_got & ~nan_exp).nonzero()[0])
+        count = int((nan_got & ~nan_exp).sum())
+        raise GradingFailure(f"{call}: {what} has {count} NaN value(s); first at index {idx} (expected {e[idx].item():.6g})")
+    err = (g - e).abs()
+    err = torch.where(nan_exp & nan_got, torch.zeros_like(err), err)
+    err = torch.where(torch.isinf(e) & (g == e), torch.zeros_like(err), err)
+    bound = atol + rtol * e.abs()
+    bad = ~(err <= bound)
+    if bad.any():
+        idx = tuple(int(i) for i in bad.nonzero()[0]) if g.dim() else ()
+        max_err = err.max().item()
+        raise GradingFailure(
+            f"{call}: {what} is wrong\n"
+            f"  max abs error {max_err:.3g} (tolerance atol={atol:g}, rtol={rtol:g}); "
+            f"{int(bad.sum())} of {bad.numel()} elements out of tolerance\n"
+            f"  first at index {idx}: expected {e[idx].item():.6g}, got {g[idx].item():.6g}"
+        )
+
+
+def relative_rms_error(got: torch.Tensor, expected: torch.Tensor) -> float:
+    """``||got - expected||_2 / ||expected||_2`` in fp64 (0 when both are zero)."""
+    g, e = got.detach().double(), expected.detach().double()
+    denom = e.norm().item()
+    num = (g - e).norm().item()
+    return num / denom if denom > 0 else num
+
+
+def assert_raises(
+    fn: Callable,
+    *args,
+    exc: type[BaseException] | tuple[type[BaseException], ...] = (ValueError, TypeError),
+    names: str | None = None,
+    call: str | None = None,
+    **kwargs,
+) -> None:
+    """Calling ``fn(*args, **kwargs)`` must raise ``exc``; if ``names`` is given the
+    message must mention that argument, so the user knows what to fix."""
+    call = call or call_text(getattr(fn, "__name__", "function"), *args, **kwargs)
+    expected = exc if isinstance(exc, tuple) else (exc,)
+    wanted = " or ".join(e.__name__ for e in expected)
+    try:
+        result = fn(*args, **kwargs)
+    except NotImplementedError:
+        raise
+    except expected as err:
+        if names and names not in str(err):
+            raise GradingFailure(f"{call} raised {type(err).__name__}({str(err)!r}); the message should name `{names}`") from None
+        return
+    except Exception as err:
+        raise GradingFailure(f"{call} raised {type(err).__name__}: {err}; expected {wanted}") from None
+    raise GradingFailure(f"{call} returned {describe(result)}; expected it to raise {wanted}")
+
+
+def is_finite_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,169 @@
+"""Execute a notebook's code cells into a fresh module.
+
+The grader never imports a student's notebook with IPython: it runs each code cell,
+in order, in the namespace of a new module, so functions, classes, tensors and
+Triton kernels come across as they are. Three details matter:
+
+- Every cell is compiled under its own file name and registered in ``linecache``,
+  as IPython does, so ``inspect.getsource`` works (``@triton.jit`` needs it) and
+  tracebacks point at the notebook cell.
+- IPython syntax (``%magic``, ``%%cell magic``, ``!shell``) is skipped with a note:
+  nothing is installed or run.
+- A cell that raises does not stop the load: the error is recorded with the cell's
+  number and the next cell runs, so one broken cell costs only the exercises that
+  depend on it. Cells tagged ``skip-grading`` (plots, demos, timing) are left out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import linecache
+import re
+import sys
+import traceback
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+SKIP_TAG = "skip-grading"
+MAX_CAPTURED_CHARS = 20_000  # a flood of prints must not flood the report
+STUB_PLACEHOLDER = re.compile(r"^([A-Za-z_]\w*) = \.\.\.  # (Exercise \d+\.\d+: .*)$", re.M)
+_counter = itertools.count()
+
+
+class NotebookLoadError(Exception):
+    """The notebook could not be read at all (missing, not JSON, not a notebook)."""
+
+
+class NotImplementedExercise(NotImplementedError):
+    """A value the student has not filled in yet (a stub placeholder)."""
+
+
+@dataclass
+class CellProblem:
+    cell: int  # index among all cells, as Jupyter counts them (0-based)
+    kind: str  # "error", "not implemented", "skipped"
+    message: str
+
+    def __str__(self) -> str:
+        return f"cell {self.cell}: {self.kind}: {self.message}"
+
+
+@dataclass
+class LoadedNotebook:
+    """A notebook run into a module. Attribute access reads the module's names and
+    turns a missing name into a message that says which cell failed to define it."""
+
+    path: Path
+    module: types.ModuleType
+    problems: list[CellProblem] = field(default_factory=list)
+    placeholders: dict[str, str] = field(default_factory=dict)
+    output: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def errors(self) -> list[CellProblem]:
+        return [p for p in self.problems if p.kind == "error"]
+
+    def __getattr__(self, item: str):
+        if item.startswith("__"):
+            raise AttributeError(item)
+        namespace = self.__dict__["module"].__dict__
+        if item in self.placeholders and namespace.get(item, ...) is ...:
+            raise NotImplementedExercise(self.placeholders[item])
+        if item in namespace:
+            return namespace[item]
+        detail = "; ".join(str(p) for p in self.errors) or "no cell defines it"
+        raise AttributeError(f"{self.name} does not define `{item}` ({detail})")
+
+    def has(self, item: str) -> bool:
+        return item in self.module.__dict__
+
+
+def _strip_ipython(source: str) -> tuple[str, list[str]]:
+    """Replace IPython-only lines by ``pass`` so the cell still compiles."""
+    notes = []
+    if source.lstrip().startswith("%%"):
+        first = source.lstrip().splitlines()[0]
+        return "", [f"cell magic `{first}` skipped"]
+    lines = []
+    for line in source.splitlines():
+        stripped = line.lstrip()
+        if stripped.startswith(("%", "!")):
+            indent = line[: len(line) - len(stripped)]
+            lines.append(f"{indent}pass  # skipped by the grader")
+            notes.append(f"`{stripped[:60]}` skipped")
+        else:
+            lines.append(line)
+    return "\n".join(lines), notes
+
+
+def _describe(exc: BaseException, filename_prefix: str) -> str:
+    """One line: the exception and the notebook line that raised it."""
+    where = ""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename.startswith(filename_prefix):
+            where = f" (at {Path(frame.filename).name} line {frame.lineno}: `{(frame.line or '').strip()}`)"
+            break
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def read_notebook(path: Path) -> nbformat.NotebookNode:
+    try:
+        return nbformat.read(path, as_version=4)
+    except FileNotFoundError:
+        raise NotebookLoadError(f"{path} does not exist") from None
+    except Exception as exc:  # not JSON, not a notebook, wrong schema
+        raise NotebookLoadError(f"{path} is not a readable notebook: {type(exc).__name__}: {exc}") from None
+
+
+def load_notebook(path, *, skip_tags=(SKIP_TAG,), module_name: str | None = None, quiet: bool = True) -> LoadedNotebook:
+    """Run the code cells of the notebook at ``path`` into a new module."""
+    path = Path(path).resolve()
+    nb = read_notebook(path)
+    stem = re.sub(r"\W", "_", path.stem)
+    name = module_name or f"notebook_{stem}_{next(_counter)}"
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
+    sys.modules[name] = module  # dataclasses and pickling look modules up here
+    loaded = LoadedNotebook(path=path, module=module)
+    prefix = f"{path}#cell-"
+    captured = io.StringIO()
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        if set(cell.metadata.get("tags", [])) & set(skip_tags):
+            continue
+        source, notes = _strip_ipython("".join(cell.source) if isinstance(cell.source, list) else cell.source)
+        loaded.problems += [CellProblem(index, "skipped", n) for n in notes]
+        for var, message in STUB_PLACEHOLDER.findall(source):
+            loaded.placeholders[var] = message
+        filename = f"{prefix}{index}"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        redirect = contextlib.redirect_stdout(captured) if quiet else contextlib.nullcontext()
+        try:
+            code = compile(source, filename, "exec")
+            with redirect:
+                exec(code, module.__dict__)
+        except NotImplementedError as exc:
+            loaded.problems.append(CellProblem(index, "not implemented", str(exc)))
+        except (Exception, SystemExit) as exc:  # a student's sys.exit() must not end the grader
+            loaded.problems.append(CellProblem(index, "error", _describe(exc, prefix)))
+    loaded.output = captured.getvalue()[:MAX_CAPTURED_CHARS]
+    return loaded
+
+
+def load_solutions(stem: str, **kwargs) -> LoadedNotebook:
+    """The book's own implementation of a chapter's exercises (``solutions/<stem>.ipynb``).
+
+    Chapters and benchmarks use this instead of copying code, so the solutions stay
+    the single source of truth."""
+    return load_notebook(ROOT / "solutions" / f"{stem}.ipynb", **kwargs)

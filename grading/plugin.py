@@ -1,0 +1,294 @@
+"""The pytest plugin that turns ``tests/test_<stem>.py`` files into graders.
+
+Options
+  --notebooks DIR   grade the notebooks in DIR (default: solutions/)
+  --prove           prove the graders instead: every test runs against the solution
+                    (must pass), the stub in exercises/ (must fail) and every bug in
+                    tests/catalogue/<stem>.py (each bug must fail at least one test)
+
+Markers
+  points(n)         what a test is worth (default 1)
+  exN_M             the exercise a test grades: ``pytest -m ex1_2``
+  gpu               needs CUDA; skipped with the reason when there is none
+
+A test asks for the fixture ``nb``: the chapter's notebook loaded as a module.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from grading.catalogue import Bug, load_catalogue
+from grading.compare import GradingFailure
+from grading.loader import NotebookLoadError, load_notebook, read_notebook
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_FILE = re.compile(r"^test_(\d\d_\w+)\.py$")
+EXERCISE_MARK = re.compile(r"^ex(\d+)_(\d+)$")
+MAX_CHAPTERS, MAX_EXERCISES = 9, 12
+STUB_MESSAGE = re.compile(r"Exercise (\d+\.\d+)")
+
+
+@dataclass(frozen=True)
+class Variant:
+    kind: str  # "graded" (the --notebooks dir), "solution", "stub", "bug"
+    bug: Bug | None = None
+
+    @property
+    def id(self) -> str:
+        return f"bug-{self.bug.name}" if self.bug else self.kind
+
+
+def chapter_stem(path) -> str | None:
+    m = TEST_FILE.match(Path(str(path)).name)
+    return m.group(1) if m else None
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("grading")
+    group.addoption("--notebooks", default=None, help="directory of notebooks to grade (default: solutions/)")
+    group.addoption(
+        "--prove", action="store_true", help="prove the graders: solutions pass, stubs fail, every catalogued bug is rejected"
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "points(n): what the test is worth (default 1)")
+    config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped with the reason otherwise")
+    for c in range(1, MAX_CHAPTERS + 1):
+        for e in range(1, MAX_EXERCISES + 1):
+            config.addinivalue_line("markers", f"ex{c}_{e}: grades exercise {c}.{e}")
+    config._grading = GradingState(config)
+    config.pluginmanager.register(config._grading, "grading-state")
+
+
+class _Unloadable:
+    """Stands in for a notebook that could not be read: every use says why."""
+
+    def __init__(self, message: str):
+        self._message = message
+
+    def __getattr__(self, item):
+        if item.startswith("__"):
+            raise AttributeError(item)
+        raise GradingFailure(self._message)
+
+
+class GradingState:
+    def __init__(self, config):
+        self.config = config
+        self.cache: dict[tuple[str, str], object] = {}
+        # (stem, test function) -> [passed items, graded items, skipped items, points]
+        self.tests = defaultdict(lambda: [0, 0, 0, 1])
+        self.stub_escapes: list[str] = []
+        self.stub_checked = 0
+        self.bug_runs: dict[str, list[str]] = {}  # "stem/bug" -> tests that rejected it
+        self.bug_why: dict[str, str] = {}
+
+    # -- loading ---------------------------------------------------------------
+    def notebook_dir(self) -> Path:
+        option = self.config.getoption("notebooks")
+        return Path(option).resolve() if option else ROOT / "solutions"
+
+    def load(self, variant: Variant, stem: str, tmp_factory):
+        key = (variant.id, stem)
+        if key not in self.cache:
+            self.cache[key] = self._load(variant, stem, tmp_factory)
+        return self.cache[key]
+
+    def _load(self, variant: Variant, stem: str, tmp_factory):
+        name = f"{stem}.ipynb"
+        try:
+            if variant.kind == "graded":
+                return load_notebook(self.notebook_dir() / name)
+            if variant.kind == "solution":
+                return load_notebook(ROOT / "solutions" / name)
+            if variant.kind == "stub":
+                return load_notebook(ROOT / "exercises" / name)
+            solution = read_notebook(ROOT / "solutions" / name)
+            folder = tmp_factory.mktemp(f"bug-{variant.bug.name}")
+            path = folder / name
+            path.write_text(__import__("nbformat").writes(variant.bug.apply(solution, name)))
+            return load_notebook(path)
+        except NotebookLoadError as exc:
+            return _Unloadable(f"the notebook could not be loaded: {exc}")
+
+    # -- reporting -------------------------------------------------------------
+    def pytest_runtest_logreport(self, report):
+        props = dict(report.user_properties)
+        stem, variant = props.get("chapter"), props.get("variant")
+        if stem is None or not (report.when == "call" or report.failed or report.skipped):
+            return
+        if report.when == "teardown" and not report.failed:
+            return
+        if variant in ("graded", "solution"):
+            tally = self.tests[(stem, report.nodeid.split("::")[-1].split("[")[0])]
+            tally[3] = props.get("points", 1)
+            if report.skipped:
+                tally[2] += 1
+            else:
+                tally[1] += 1
+                tally[0] += 1 if report.passed and report.when == "call" else 0
+        elif variant == "stub" and report.when == "call" and not report.skipped:
+            self.stub_checked += 1
+            if props.get("stub_escaped"):
+                self.stub_escapes.append(report.nodeid)
+        elif variant and variant.startswith("bug-") and report.when == "call":
+            key = f"{stem}/{variant[4:]}"
+            self.bug_why[key] = props.get("why", "")
+            rejected = self.bug_runs.setdefault(key, [])
+            if props.get("bug_rejected"):
+                rejected.append(report.nodeid.split("::")[-1])
+
+    def points_by_chapter(self) -> dict[str, tuple[float, int, int]]:
+        """A test function is worth its ``points``; parametrized cases share them
+        (partial credit). A function whose every case was skipped is not counted."""
+        out: dict[str, list] = defaultdict(lambda: [0.0, 0, 0])
+        for (stem, _), (passed, graded, skipped, points) in self.tests.items():
+            entry = out[stem]
+            if graded == 0:
+                entry[2] += 1
+                continue
+            entry[0] += points * passed / graded
+            entry[1] += points
+        return {k: tuple(v) for k, v in out.items()}
+
+    def escaped_bugs(self) -> list[str]:
+        return sorted(k for k, v in self.bug_runs.items() if not v)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        tr = terminalreporter
+        chapters = self.points_by_chapter()
+        if chapters:
+            tr.section("points")
+            total = [0.0, 0]
+            for stem, (earned, possible, skipped) in sorted(chapters.items()):
+                total[0] += earned
+                total[1] += possible
+                note = f"  ({skipped} test(s) skipped, not counted)" if skipped else ""
+                tr.write_line(f"{stem:<28} {earned:>6.1f} / {possible:<4}{note}")
+            tr.write_line(f"{'total':<28} {total[0]:>6.1f} / {total[1]:<4}")
+        if self.config.getoption("prove"):
+            tr.section("grader proof")
+            tr.write_line(f"stubs: {self.stub_checked} grader tests ran on exercises/, {len(self.stub_escapes)} passed a stub")
+            for nodeid in self.stub_escapes:
+                tr.write_line(f"  PASSED A STUB (asserts nothing): {nodeid}")
+            for key in sorted(self.bug_runs):
+                tests = self.bug_runs[key]
+                if tests:
+                    more = f" and {len(tests) - 1} more" if len(tests) > 1 else ""
+                    tr.write_line(f"  rejected  {key:<48} by {tests[0]}{more}")
+                else:
+                    tr.write_line(f"  ESCAPED   {key:<48} no grader rejects it: {self.bug_why[key]}")
+            tr.write_line(f"catalogue: {len(self.bug_runs)} wrong implementations, {len(self.escaped_bugs())} escaped")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session):
+        if self.config.getoption("prove") and not hasattr(self.config, "workerinput"):
+            if self.escaped_bugs() and session.exitstatus == 0:
+                session.exitstatus = 1
+
+
+def pytest_generate_tests(metafunc):
+    if "nb" not in metafunc.fixturenames:
+        return
+    stem = chapter_stem(metafunc.module.__file__)
+    if stem is None:
+        return
+    if not metafunc.config.getoption("prove"):
+        return  # the fixture grades the --notebooks directory
+    name = metafunc.function.__name__
+    bugs = [b for b in load_catalogue(stem) if b.tests is None or b.tests in name]
+    variants = [Variant("solution"), Variant("stub")] + [Variant("bug", b) for b in bugs]
+    metafunc.parametrize("nb", variants, indirect=True, ids=[v.id for v in variants], scope="module")
+
+
+@pytest.fixture(scope="module")
+def nb(request, tmp_path_factory):
+    """The chapter's notebook, run into a module (see grading.loader)."""
+    stem = chapter_stem(request.module.__file__)
+    if stem is None:
+        raise RuntimeError(f"{request.module.__file__}: graders live in files named test_NN_topic.py")
+    variant = getattr(request, "param", Variant("graded"))
+    return request.config._grading.load(variant, stem, tmp_path_factory)
+
+
+def _variant(item) -> Variant | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "nb" in callspec.params:
+        return callspec.params["nb"]
+    return Variant("graded") if "nb" in getattr(item, "fixturenames", ()) else None
+
+
+def _exercise(item) -> str | None:
+    for mark in item.iter_markers():
+        m = EXERCISE_MARK.match(mark.name)
+        if m:
+            return f"{m.group(1)}.{m.group(2)}"
+    return None
+
+
+def student_message(item, excinfo) -> str:
+    """What the student sees instead of a traceback."""
+    exc = excinfo.value
+    exercise = _exercise(item)
+    label = f"Exercise {exercise}" if exercise else item.name
+    if isinstance(exc, NotImplementedError):
+        m = STUB_MESSAGE.search(str(exc))
+        return f"{'Exercise ' + m.group(1) if m else label} not implemented yet ({exc})"
+    if isinstance(exc, GradingFailure):
+        return f"{label}: {exc}"
+    if isinstance(exc, AssertionError):
+        return f"{label}: {exc or 'assertion failed'}\n{excinfo.getrepr(style='short')}"
+    where = ""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if "#cell-" in frame.filename:
+            cell = frame.filename.rsplit("#cell-", 1)[1]
+            where = f"\n  raised in notebook cell {cell}, line {frame.lineno}: {(frame.line or '').strip()}"
+            break
+    if not where:
+        return f"{label}: {type(exc).__name__}: {exc}\n{excinfo.getrepr(style='short')}"
+    return f"{label}: {type(exc).__name__}: {exc}{where}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    variant = _variant(item)
+    stem = chapter_stem(item.path)
+    if variant is None or stem is None:
+        return report
+    points = item.get_closest_marker("points")
+    report.user_properties += [
+        ("chapter", stem),
+        ("variant", variant.id),
+        ("points", points.args[0] if points else 1),
+        ("exercise", _exercise(item)),
+    ]
+    if call.when != "call" or report.skipped:
+        if report.failed and call.excinfo is not None and variant.kind in ("graded", "solution"):
+            report.longrepr = student_message(item, call.excinfo)
+        return report
+    if variant.kind in ("graded", "solution"):
+        if report.failed and call.excinfo is not None:
+            report.longrepr = student_message(item, call.excinfo)
+    elif variant.kind == "stub":
+        if report.passed:
+            report.outcome = "failed"
+            report.longrepr = f"{item.nodeid}: this grader passes the stub notebook in exercises/, so it asserts nothing"
+            report.user_properties.append(("stub_escaped", True))
+        else:
+            report.outcome = "passed"
+    else:
+        report.user_properties.append(("why", variant.bug.why))
+        if report.failed:
+            report.user_properties.append(("bug_rejected", True))
+        report.outcome = "passed"
+        report.longrepr = None
+    return report
