@@ -1,0 +1,66 @@
+"""``make bench``: run every ``benchmarks/bench_*.py`` and write ``_build/bench/results.json``.
+
+Each module exposes ``run() -> list[Record]``. Pass names (``python -m benchmarks flash``)
+to run only the modules whose name contains one of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from benchmarks.records import Record
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "_build" / "bench" / "results.json"
+THREADS = int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1))
+
+
+def main(argv: list[str]) -> int:
+    torch.manual_seed(0)
+    torch.set_num_threads(THREADS)
+    modules = sorted(p.stem for p in (ROOT / "benchmarks").glob("bench_*.py"))
+    if argv:
+        modules = [m for m in modules if any(a in m for a in argv)]
+    records: list[Record] = []
+    failed_modules = []
+    for name in modules:
+        start = time.perf_counter()
+        print(f"-- {name}", flush=True)
+        try:
+            new = importlib.import_module(f"benchmarks.{name}").run()
+        except Exception:
+            traceback.print_exc()
+            failed_modules.append(name)
+            continue
+        for r in new:
+            print(f"   {r.name:<44} {r.value:>12.4g} {r.unit:<10} goal {r.goal:<8} {_verdict(r)}", flush=True)
+        records += new
+        print(f"   ({time.perf_counter() - start:.1f} s)")
+    previous = json.loads(OUT.read_text()) if OUT.exists() and argv else []
+    merged = {r["name"]: r for r in previous}
+    merged.update({r.name: r.to_json() for r in records})
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(list(merged.values()), indent=2) + "\n")
+    print(f"\n{'name':<44} {'value':>12} {'unit':<10} {'goal':<9} result")
+    for r in records:
+        print(f"{r.name:<44} {r.value:>12.4g} {r.unit:<10} {r.goal:<9} {_verdict(r)}")
+    print(f"\nwrote {OUT.relative_to(ROOT)} ({len(merged)} records); torch threads: {THREADS}")
+    if failed_modules:
+        print("benchmark modules that crashed: " + ", ".join(failed_modules))
+    return 1 if failed_modules else 0
+
+
+def _verdict(r: Record) -> str:
+    return "report" if r.passed is None else ("pass" if r.passed else "MISS")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
