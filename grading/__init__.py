@@ -11,6 +11,6 @@ One concern per module:
 """
 
 from grading.compare import assert_close, assert_equal, assert_raises
-from grading.loader import LoadedNotebook, load_notebook
+from grading.loader import LoadedNotebook, load_notebook, load_solutions
 
-__all__ = ["LoadedNotebook", "assert_close", "assert_equal", "assert_raises", "load_notebook"]
+__all__ = ["LoadedNotebook", "assert_close", "assert_equal", "assert_raises", "load_notebook", "load_solutions"]
