@@ -29,7 +29,7 @@ book: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m grading.stubs --check
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --prove --nbval --nbval-current-env tests/ solutions/
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --prove --nbval --nbval-current-env --ignore=tests/browser tests/ solutions/
 	$(MAKE) --no-print-directory test-book
 
 # The book build is a check too (warnings are errors); then a real browser opens every page.
