@@ -1,0 +1,79 @@
+"""Wrong implementations of Chapter 3 that the graders must reject."""
+
+from dataclasses import replace
+
+from grading.catalogue import Bug
+
+BUGS = [
+    # 3.1 symmetric INT8
+    Bug("scale_from_max_not_absmax", "3.1", "takes the scale from max(x), so negative-dominated rows overflow",
+        old="absmax = x.abs().amax(dim=-1, keepdim=True)", new="absmax = x.amax(dim=-1, keepdim=True)"),
+    Bug("zero_row_divides_by_zero", "3.1", "divides an all-zero row by a zero scale (NaN, cast to int by luck)",
+        old="safe = torch.where(s > 0, s, torch.ones_like(s))\n    q = torch.round(x / safe)",
+        new="safe = s\n    q = torch.round(x / safe)"),
+    Bug("no_clamp_before_int8_cast", "3.1", "casts without clamping, so a rounded-down fp16 scale wraps 185 to -71",
+        old="q = torch.round(x / safe).clamp(-INT8_QMAX, INT8_QMAX)", new="q = torch.round(x / safe)"),
+    Bug("range_minus_128", "3.1", "uses the asymmetric range [-128, 127] with scale absmax / 128",
+        old="scale = (absmax / INT8_QMAX).to(META_DTYPE)", new="scale = (absmax / 128).to(META_DTYPE)"),
+    Bug("scale_kept_in_fp32", "3.1", "quantizes with the fp32 scale but stores the fp16 one, so codes and scale disagree",
+        old="s = scale.float()\n    # An all-zero", new="s = absmax / INT8_QMAX\n    # An all-zero"),
+    Bug("truncates_instead_of_rounding", "3.1", "casts x / s straight to int, truncating towards zero",
+        old="q = torch.round(x / safe).clamp(-INT8_QMAX, INT8_QMAX)", new="q = (x / safe).trunc().clamp(-INT8_QMAX, INT8_QMAX)"),
+    # 3.2 asymmetric groups
+    Bug("zero_point_not_applied_on_dequantize", "3.2", "dequantizes q * s and forgets to add the zero-point",
+        old="x = qg * scale.float().unsqueeze(-1) + zero.float().unsqueeze(-1)", new="x = qg * scale.float().unsqueeze(-1)"),
+    Bug("levels_2_pow_bits", "3.2", "divides the range by 2**bits instead of 2**bits - 1",
+        old="levels = 2**bits - 1\n    xg", new="levels = 2**bits\n    xg"),
+    Bug("constant_group_nan", "3.2", "divides a constant group by its zero scale",
+        old="safe = torch.where(s > 0, s, torch.ones_like(s))\n    q = torch.round((xg",
+        new="safe = s\n    q = torch.round((xg"),
+    Bug("groups_strided_not_contiguous", "3.2", "forms groups from every n-th element instead of consecutive elements",
+        old="xg = x.float().reshape(*x.shape[:-1], d // group_size, group_size)",
+        new="xg = x.float().reshape(*x.shape[:-1], group_size, d // group_size).transpose(-1, -2)"),
+    # 3.3 per-channel keys
+    Bug("keys_per_token", "3.3", "quantizes keys per token (groups along head_dim) instead of per channel",
+        code="""
+        _check_float_tensor("k", k, min_dim=2)
+        if k.shape[-2] % group_size:
+            raise ValueError(f"group_size must divide the number of tokens {k.shape[-2]}, got {group_size}")
+        q, scale, zero = quantize_asym(k, bits, group_size)
+        return q, scale, zero
+        """),
+    # 3.4 packing
+    Bug("nibbles_packed_in_wrong_order", "3.4", "puts element 2i in the high nibble",
+        old="return low | (high << 4)", new="return high | (low << 4)"),
+    Bug("nibbles_unpacked_in_wrong_order", "3.4", "unpacks the high nibble first",
+        old="torch.stack([low, high], dim=-1)", new="torch.stack([high, low], dim=-1)"),
+    Bug("codes_above_15_accepted", "3.4", "packs a code of 16 and silently corrupts the neighbour",
+        old="if q.numel() and int(q.max()) > 15:", new="if False:"),
+    # 3.5 bytes per token
+    Bug("metadata_not_counted", "3.5", "counts only the codes, as if scales and zero-points were free",
+        old="per_vector = head_dim * bits // 8 + head_dim // group_size * meta_per_group",
+        new="per_vector = head_dim * bits // 8"),
+    Bug("zero_point_always_counted", "3.5", "charges a zero-point to symmetric schemes too",
+        old="meta_per_group = META_BYTES * (2 if zero_point else 1)", new="meta_per_group = META_BYTES * 2"),
+    Bug("k_and_v_factor_forgotten", "3.5", "counts keys only",
+        old="return 2 * num_layers * num_kv_heads * per_vector", new="return num_layers * num_kv_heads * per_vector"),
+    # 3.6 the KIVI-style cache
+    Bug("residual_holds_a_full_group", "3.6", "flushes only when the residual exceeds group_size (off by one)",
+        old="while res_k.shape[2] >= G:", new="while res_k.shape[2] > G:"),
+    Bug("cache_keys_per_token", "3.6", "quantizes the cache's keys per token, like the values",
+        old="self.key_groups.append(self._store(*quantize_keys_per_channel(res_k[:, :, :G], self.bits, G)))",
+        new="self.key_groups.append(self._store(*quantize_asym(res_k[:, :, :G], self.bits, G)))"),
+    Bug("cache_values_per_channel", "3.6", "quantizes the cache's values per channel, like the keys",
+        old="self.value_groups.append(self._store(*quantize_asym(res_v[:, :, :G], self.bits, G)))",
+        new="self.value_groups.append(self._store(*quantize_keys_per_channel(res_v[:, :, :G], self.bits, G)))"),
+    Bug("residual_dropped_from_attention", "3.6", "returns only the quantized groups, losing the newest tokens",
+        old="        if self.res_k is not None:\n            ks.append", new="        if False:\n            ks.append"),
+    Bug("residual_not_counted", "3.6", "leaves the full-precision residual out of nbytes()",
+        old="            total += self.res_k.numel() * self.res_k.element_size() + self.res_v.numel() * self.res_v.element_size()",
+        new="            total += 0"),
+    Bug("unpacked_codes_counted", "3.6", "stores INT4 codes one per byte, unpacked",
+        old="return (pack_int4(q) if self.bits == 4 else q), scale, zero", new="return q, scale, zero"),
+]
+
+# Each bug runs only against its own exercise's graders (the test names share these
+# words), which keeps `pytest --prove` fast.
+TESTS_OF_EXERCISE = {"3.1": "int8", "3.2": "asym", "3.3": "per_channel", "3.4": "int4", "3.5": "quantized_bytes",
+                     "3.6": "cache"}
+BUGS = [replace(b, tests=TESTS_OF_EXERCISE[b.exercise]) for b in BUGS]

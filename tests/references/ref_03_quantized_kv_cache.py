@@ -1,0 +1,226 @@
+"""Independent references for Chapter 3: quantization written as plain loops over
+rows and groups in Python floats (fp64), never imported from a notebook.
+
+Rounding a Python float to fp16 goes through ``torch.tensor(..., float64).to(float16)``,
+which rounds to nearest-even once, from the exact fp64 value."""
+
+import math
+
+import torch
+
+INT8_QMAX = 127
+META_BYTES = 2  # scales and zero-points are stored in fp16
+
+# The stated synthetic outlier model (Chapter 3, section 3.2): every element N(0, 1);
+# in each KV head, OUTLIER_CHANNELS random channels of the keys are scaled by OUTLIER_SCALE.
+OUTLIER_CHANNELS = 4
+OUTLIER_SCALE = 10.0
+
+
+def synthetic_kv(batch_size, num_kv_heads, seq_len, head_dim, num_outliers=OUTLIER_CHANNELS,
+                 outlier_scale=OUTLIER_SCALE, seed=0):
+    """The outlier model, drawn with the same generator calls as the book's, so the
+    graders test on exactly the data the chapter describes."""
+    g = torch.Generator().manual_seed(seed)
+    k = torch.randn(batch_size, num_kv_heads, seq_len, head_dim, generator=g)
+    v = torch.randn(batch_size, num_kv_heads, seq_len, head_dim, generator=g)
+    channels = [torch.randperm(head_dim, generator=g)[:num_outliers].tolist() for _ in range(num_kv_heads)]
+    for h, chans in enumerate(channels):
+        for c in chans:
+            k[:, h, :, c] *= outlier_scale
+    return k, v, channels
+
+
+def fp16(value: float) -> float:
+    return torch.tensor(value, dtype=torch.float64).to(torch.float16).item()
+
+
+def fp16_ulp(value: float) -> float:
+    """Spacing of fp16 numbers at ``value`` (subnormal spacing near zero)."""
+    a = abs(value)
+    if a < 2.0**-14:
+        return 2.0**-24
+    return 2.0 ** (math.floor(math.log2(a)) - 10)
+
+
+def round_half_even(r: float) -> int:
+    return int(round(r))  # Python's round() is round-half-to-even
+
+
+def allowed_codes(r: float, lo: int, hi: int, slack: float = 1e-3) -> set[int]:
+    """The codes a correct float32 implementation may produce for the exact ratio r:
+    round-half-even of r, clamped, plus the neighbour when r lies within ``slack`` of a
+    rounding boundary (float32 arithmetic can land on either side of it)."""
+    codes = {min(max(round_half_even(r), lo), hi)}
+    frac = r - math.floor(r)
+    if abs(frac - 0.5) < slack:
+        codes |= {min(max(math.floor(r), lo), hi), min(max(math.floor(r) + 1, lo), hi)}
+    return codes
+
+
+def rows(x: torch.Tensor) -> list[list[float]]:
+    """The last dimension as Python float rows (fp64)."""
+    return x.detach().double().reshape(-1, x.shape[-1]).tolist()
+
+
+# -- Exercise 3.1: symmetric INT8 per vector ------------------------------------------
+def int8_scales(x: torch.Tensor) -> torch.Tensor:
+    """fp16(max |x| / 127) for each row, shape x.shape[:-1] + (1,), as float64.
+    The absmax is taken on the float32 values the solution computes with."""
+    out = []
+    for row in rows(x.float()):
+        absmax = 0.0
+        for value in row:
+            absmax = max(absmax, abs(value))
+        out.append(fp16(absmax / INT8_QMAX))
+    return torch.tensor(out, dtype=torch.float64).reshape(*x.shape[:-1], 1)
+
+
+def int8_code_sets(x: torch.Tensor, scale: torch.Tensor) -> list[list[set[int]]]:
+    """For the given (student's, already checked) fp16 scales: the allowed codes per element."""
+    out = []
+    for row, s in zip(rows(x.float()), scale.double().flatten().tolist()):
+        if s == 0.0:
+            out.append([{0} for _ in row])
+        else:
+            out.append([allowed_codes(value / s, -INT8_QMAX, INT8_QMAX) for value in row])
+    return out
+
+
+# -- Exercise 3.2: asymmetric groups along the last dimension ---------------------------
+def asym_params(x: torch.Tensor, bits: int, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, zero) in fp64 of fp16 values: per row, per group of group_size elements,
+    zero = fp16(min), scale = fp16((max - min) / (2**bits - 1))."""
+    levels = 2**bits - 1
+    scales, zeros = [], []
+    for row in rows(x.float()):
+        for start in range(0, len(row), group_size):
+            group = row[start:start + group_size]
+            lo, hi = min(group), max(group)
+            zeros.append(fp16(lo))
+            scales.append(fp16((hi - lo) / levels))
+    shape = (*x.shape[:-1], x.shape[-1] // group_size)
+    return (torch.tensor(scales, dtype=torch.float64).reshape(shape),
+            torch.tensor(zeros, dtype=torch.float64).reshape(shape))
+
+
+def asym_code_sets(x, scale, zero, bits, group_size) -> list[list[set[int]]]:
+    """Allowed codes per element for the given (checked) scale and zero of each group."""
+    levels = 2**bits - 1
+    s_rows, z_rows = rows(scale.double()), rows(zero.double())
+    out = []
+    for row, s_row, z_row in zip(rows(x.float()), s_rows, z_rows):
+        codes = []
+        for i, value in enumerate(row):
+            s, z = s_row[i // group_size], z_row[i // group_size]
+            codes.append({0} if s == 0.0 else allowed_codes((value - z) / s, 0, levels))
+        out.append(codes)
+    return out
+
+
+def asym_dequant(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group_size: int) -> torch.Tensor:
+    out = []
+    for q_row, s_row, z_row in zip(rows(q.double()), rows(scale.double()), rows(zero.double())):
+        out.append([c * s_row[i // group_size] + z_row[i // group_size] for i, c in enumerate(q_row)])
+    return torch.tensor(out, dtype=torch.float64).reshape(q.shape)
+
+
+# -- Exercise 3.4: nibble packing -------------------------------------------------------
+def pack_int4(q: torch.Tensor) -> torch.Tensor:
+    out = []
+    for row in q.reshape(-1, q.shape[-1]).tolist():
+        out.append([row[2 * i] + 16 * row[2 * i + 1] for i in range(len(row) // 2)])
+    return torch.tensor(out, dtype=torch.uint8).reshape(*q.shape[:-1], q.shape[-1] // 2)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    out = []
+    for row in packed.reshape(-1, packed.shape[-1]).tolist():
+        codes = []
+        for byte in row:
+            codes += [byte % 16, byte // 16]
+        out.append(codes)
+    return torch.tensor(out, dtype=torch.uint8).reshape(*packed.shape[:-1], 2 * packed.shape[-1])
+
+
+# -- Exercise 3.5: bytes per token --------------------------------------------------------
+def quantized_bytes_per_token(num_layers, num_kv_heads, head_dim, bits, group_size, zero_point=True):
+    total_bits = 0
+    for _layer in range(num_layers):
+        for _tensor in ("k", "v"):
+            for _head in range(num_kv_heads):
+                total_bits += head_dim * bits  # the codes
+                groups = head_dim // group_size
+                total_bits += groups * 8 * META_BYTES  # one fp16 scale per group
+                if zero_point:
+                    total_bits += groups * 8 * META_BYTES  # one fp16 zero-point per group
+    assert total_bits % 8 == 0
+    return total_bits // 8
+
+
+# -- Exercise 3.6: the KIVI-style cache ---------------------------------------------------
+def kivi_expected(k: torch.Tensor, v: torch.Tensor, bits: int, group_size: int):
+    """What keys_values() should return after appending k, v (B, H_kv, T, d) in any
+    pieces, and how far each element may be from it.
+
+    Full groups of group_size tokens: keys quantized per channel (statistics over the
+    group's tokens), values per token (statistics over group_size channels), both
+    asymmetric with fp16 scale and zero-point. The last T % group_size tokens: exact.
+    Returns (k_hat, v_hat, k_step, v_step) in fp64; the step is the scale of each
+    element's group (0 for the residual), the most a correct float32 implementation
+    can differ by (one code, at a rounding boundary, or an fp16 ulp of the scale)."""
+    B, H, T, d = k.shape
+    levels = 2**bits - 1
+    full = T - T % group_size
+    kl, vl = k.double().tolist(), v.double().tolist()  # nested Python lists: fast element access
+    k_hat, v_hat = k.double().tolist(), v.double().tolist()  # residual entries stay exact
+    k_step = [[[[0.0] * d for _ in range(T)] for _ in range(H)] for _ in range(B)]
+    v_step = [[[[0.0] * d for _ in range(T)] for _ in range(H)] for _ in range(B)]
+
+    def quantize(group):
+        """fp16 zero-point and scale of one group, and each element's dequantized value."""
+        z, s = fp16(min(group)), fp16((max(group) - min(group)) / levels)
+        codes = [0 if s == 0 else min(max(round_half_even((x - z) / s), 0), levels) for x in group]
+        return [c * s + z for c in codes], s + fp16_ulp(z)
+
+    for b in range(B):
+        for h in range(H):
+            for start in range(0, full, group_size):
+                tokens = range(start, start + group_size)
+                for c in range(d):  # keys: one group per channel over the group's tokens
+                    values, step = quantize([kl[b][h][t][c] for t in tokens])
+                    for t, x_hat in zip(tokens, values):
+                        k_hat[b][h][t][c], k_step[b][h][t][c] = x_hat, step
+                for t in tokens:  # values: groups of group_size channels within a token
+                    for c0 in range(0, d, group_size):
+                        values, step = quantize(vl[b][h][t][c0:c0 + group_size])
+                        v_hat[b][h][t][c0:c0 + group_size] = values
+                        v_step[b][h][t][c0:c0 + group_size] = [step] * group_size
+    as_tensor = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    return as_tensor(k_hat), as_tensor(v_hat), as_tensor(k_step), as_tensor(v_step)
+
+
+def kivi_nbytes(batch_size, num_kv_heads, head_dim, seq_len, bits, group_size, residual_element_size):
+    groups = seq_len // group_size
+    residual = seq_len % group_size
+    per_group = 0
+    # keys: group_size x head_dim codes, one scale and zero per channel
+    per_group += group_size * head_dim * bits // 8 + 2 * META_BYTES * head_dim
+    # values: group_size x head_dim codes, one scale and zero per group of channels per token
+    per_group += group_size * head_dim * bits // 8 + 2 * META_BYTES * group_size * (head_dim // group_size)
+    residual_bytes = 2 * residual * head_dim * residual_element_size
+    return batch_size * num_kv_heads * (groups * per_group + residual_bytes)
+
+
+def attention(q, k, v):
+    """Dense softmax attention in fp64, one query head at a time (H_kv divides H)."""
+    q, k, v = q.double(), k.double(), v.double()
+    B, H, Tq, d = q.shape
+    group = H // k.shape[1]
+    out = torch.zeros(B, H, Tq, v.shape[-1], dtype=torch.float64)
+    for b in range(B):
+        for h in range(H):
+            kh, vh = k[b, h // group], v[b, h // group]
+            weights = torch.softmax(q[b, h] @ kh.T / math.sqrt(d), dim=-1)
+            out[b, h] = weights @ vh
+    return out
