@@ -1,0 +1,88 @@
+"""Wrong implementations of Chapter 5 that the graders must reject.
+
+The first eight are the issue's list; the rest are the other mistakes people make
+when they write flash attention for the first time. ``tests`` keeps each bug to the
+graders that concern it, so ``--prove`` stays fast."""
+
+from grading.catalogue import Bug
+
+MATERIALISED = '''
+_check_qkv(q, k, v)
+B, H, N_q, d = q.shape
+H_kv, N_k = k.shape[1], k.shape[2]
+G = H // H_kv
+dtype = _acc_dtype(q.dtype)
+q_rows = q.reshape(B, H_kv, G * N_q, d).to(dtype) / math.sqrt(d)
+s = q_rows @ k.to(dtype).transpose(-1, -2)  # (B, H_kv, G*N_q, N_k): the whole score matrix
+if causal:
+    s.view(B, H_kv, G, N_q, N_k).masked_fill_(causal_block_mask(0, N_q, 0, N_k, N_q, N_k), -math.inf)
+m = torch.full((B, H_kv, G * N_q, 1), -math.inf, dtype=dtype)
+l = torch.zeros(B, H_kv, G * N_q, 1, dtype=dtype)
+acc = torch.zeros(B, H_kv, G * N_q, d, dtype=dtype)
+m, l, acc = online_update(m, l, acc, s, v.to(dtype))
+out, lse = finalize(m, l, acc)
+if visits is not None:  # reports the tiles a blocked loop would have computed
+    for q0 in range(0, N_q, block_q):
+        key_stop = causal_key_stop(min(q0 + block_q, N_q), N_q, N_k) if causal else N_k
+        visits.extend((q0, k0) for k0 in range(0, key_stop, block_k))
+out = out.to(q.dtype).view(B, H, N_q, d)
+return (out, lse.view(B, H, N_q)) if return_lse else out
+'''
+
+UNSAFE_SOFTMAX = '''
+_check_tensor("x", x, 1)
+_check_int("block_size", block_size, 1)
+e = torch.exp(x.to(_acc_dtype(x.dtype)))
+return (e / e.sum()).to(x.dtype)
+'''
+
+BUGS = [
+    # -- the issue's list
+    Bug("running_max_wrong_shape", "5.5", "initialises m as (B, H_kv, rows), so max(m, rowmax) broadcasts to rows x rows",
+        old="m = torch.full((B, H_kv, rows, 1), -math.inf", new="m = torch.full((B, H_kv, rows), -math.inf",
+        tests="test_forward"),
+    Bug("accumulator_not_rescaled", "5.2", "never rescales l and acc by exp(m_old - m_new) when the max grows",
+        old="alpha = torch.exp(m - m_safe)", new="alpha = torch.ones_like(m_safe)", tests="online_update"),
+    Bug("l_rescaled_but_not_acc", "5.2", "rescales the running sum l but not the accumulator",
+        old="acc.mul_(alpha).add_(p @ v)", new="acc.add_(p @ v)", tests="online_update"),
+    Bug("causal_mask_off_by_one", "5.4", "masks the diagonal too (j >= i), so a query cannot see its own key",
+        old="return j > i + (seq_len_k - seq_len_q)", new="return j >= i + (seq_len_k - seq_len_q)", tests="test_causal"),
+    Bug("missing_inverse_sqrt_d", "5.5", "forgets the 1/sqrt(d) scale on the scores",
+        old="q_tile = (q_grouped[:, :, :, q0:q1].to(dtype) * scale)", new="q_tile = (q_grouped[:, :, :, q0:q1].to(dtype))",
+        tests="test_forward"),
+    Bug("fully_masked_row_nan", "5.2", "subtracts m_new = -inf from -inf scores, so a row with no visible key is NaN",
+        old="m_safe = torch.where(m_new == -math.inf, 0.0, m_new)", new="m_safe = m_new", tests="online_update"),
+    Bug("score_matrix_materialised", "5.5", "builds the whole N_q x N_k score matrix (and reports tiles it never used)",
+        code=MATERIALISED, tests="materialises"),
+    Bug("gqa_heads_mixed_up", "5.5", "sends query head h to KV head h % H_kv instead of h // G",
+        old="q_grouped = q.reshape(B, H_kv, G, N_q, d)", new="q_grouped = q.reshape(B, G, H_kv, N_q, d).transpose(1, 2)",
+        tests="test_forward"),
+    # -- more of the same family
+    Bug("online_softmax_sum_not_rescaled", "5.1", "adds the new block to l without rescaling the old l",
+        old="l = l * torch.exp(m - m_new) + torch.exp(block - m_new).sum()", new="l = l + torch.exp(block - m_new).sum()",
+        tests="online_softmax"),
+    Bug("softmax_without_max", "5.1", "exponentiates without subtracting the max: overflows, and 0/0 when all masked",
+        code=UNSAFE_SOFTMAX, tests="online_softmax"),
+    Bug("causal_computes_every_tile", "5.5", "masks the tiles above the diagonal instead of never computing them",
+        old="key_stop = causal_key_stop(q1, N_q, N_k) if causal else N_k", new="key_stop = N_k", tests="skips_tiles"),
+    Bug("causal_diagonal_top_left", "5.4", "aligns the diagonal to the first key (SDPA's is_causal) instead of the last",
+        old="return j > i + (seq_len_k - seq_len_q)", new="return j > i", tests="test_causal"),
+    Bug("causal_key_stop_one_short", "5.4", "stops the key loop one key early, dropping the diagonal's last key",
+        old="return min(max(q_stop + seq_len_k - seq_len_q, 0), seq_len_k)",
+        new="return min(max(q_stop + seq_len_k - seq_len_q - 1, 0), seq_len_k)", tests="test_causal"),
+    Bug("lse_base_2", "5.3", "returns log2 of the sum (the Triton tutorial's convention) instead of the natural log",
+        old="lse = torch.where(seen, m + torch.log(l), -math.inf)",
+        new="lse = torch.where(seen, m / math.log(2) + torch.log2(l), -math.inf)", tests="log_sum_exp"),
+    Bug("lse_forgets_the_max", "5.3", "returns log(l), dropping the running max m that l is relative to",
+        old="lse = torch.where(seen, m + torch.log(l), -math.inf)", new="lse = torch.where(seen, torch.log(l), -math.inf)",
+        tests="finalize"),
+    Bug("divides_by_zero_l", "5.3", "divides acc by l = 0 on a row that saw no key: 0 / 0 = NaN",
+        old="out = acc / torch.where(seen, l, 1.0)", new="out = acc / l", tests="fully_masked"),
+    Bug("backward_without_delta", "5.6", "drops the D = rowsum(dO * O) term from dS",
+        old="ds = p * (dp - delta_tile)", new="ds = p * dp", tests="backward"),
+    Bug("backward_dq_unscaled", "5.6", "forgets the 1/sqrt(d) of the scores in dQ",
+        old="dq_tile += (ds @ k_tile) * scale", new="dq_tile += ds @ k_tile", tests="backward"),
+    Bug("backward_dv_overwritten", "5.6", "assigns dV per query tile instead of accumulating across query tiles",
+        old="dv[:, :, k0:k1] += p.transpose(-1, -2) @ do_tile", new="dv[:, :, k0:k1] = p.transpose(-1, -2) @ do_tile",
+        tests="backward"),
+]
