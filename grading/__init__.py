@@ -7,6 +7,7 @@ One concern per module:
 - ``loader``:    execute a notebook's code cells into a fresh module (linecache-backed, magics skipped).
 - ``compare``:   assertions whose messages a student can act on.
 - ``catalogue``: the wrong implementations that every grader must reject.
+- ``isolation``: run checks on a notebook in a child process (crashes, timeouts).
 - ``plugin``:    the pytest plugin (``--notebooks``, ``--prove``, points, summary).
 """
 

@@ -1,0 +1,49 @@
+"""Wrong implementations of Chapter 7 that the graders must reject.
+
+Each bug runs only against its exercise's graders (``tests=``): every grader batch
+starts a child process and runs kernels through the interpreter, and the other
+exercises would pass anyway."""
+
+from grading.catalogue import Bug
+
+BUGS = [
+    Bug("grid_rounded_down", "7.1", "sizes the grid with n // BLOCK_SIZE, so the last partial block gets no program",
+        old="grid = (triton.cdiv(n, block_size),)", new="grid = (n // block_size,)", tests="vector_add"),
+    Bug("load_without_mask", "7.2",
+        "loads the row without a mask: the padding lanes read the next row (or past the tensor) instead of -inf",
+        old='x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)',
+        new="x = tl.load(in_ptr + row * in_row_stride + cols).to(tl.float32)", tests="softmax"),
+    Bug("row_stride_from_wrong_dimension", "7.2", "passes the column stride x.stride(1) as the row stride",
+        old="softmax_kernel[(n_rows,)](out, x, x.stride(0), out.stride(0), n_cols,",
+        new="softmax_kernel[(n_rows,)](out, x, x.stride(1), out.stride(0), n_cols,", tests="softmax"),
+    Bug("no_max_subtraction", "7.2", "exponentiates the raw scores, which overflows for large logits",
+        old="x = x - tl.max(x, axis=0)  # the largest exponent is 0: no overflow", new="x = x", tests="softmax"),
+    Bug("key_stride_from_wrong_dimension", "7.3",
+        "passes k's head-dimension stride where its token stride belongs (and the other way round)",
+        old="k.stride(0), k.stride(1), k.stride(2), k.stride(3),",
+        new="k.stride(0), k.stride(1), k.stride(3), k.stride(2),", tests="flash_attention"),
+    Bug("gqa_head_interleaved", "7.3",
+        "maps query head h to KV head h % num_kv_heads (as k.repeat would) instead of h // group",
+        old="off_kvh = off_h // GROUP  # GQA: GROUP consecutive query heads read one KV head",
+        new="off_kvh = off_h % (num_heads // GROUP)", tests="flash_attention"),
+    Bug("lse_in_base_2", "7.3", "returns the log-sum-exp in base 2, as the kernel computes it, without the ln 2 factor",
+        old="lse = (m_i + tl.math.log2(l_i)) * LN_2", new="lse = m_i + tl.math.log2(l_i)", tests="flash_attention"),
+    Bug("accumulator_in_fp16", "7.3",
+        "keeps the running sum of p @ v in fp16: it loses three digits and overflows past 65504",
+        old="        acc = acc * alpha[:, None]\n        acc = tl.dot(p.to(v.dtype), v, acc)",
+        new="        acc = (acc * alpha[:, None]).to(tl.float16)\n"
+            "        acc = (acc + tl.dot(p.to(v.dtype), v)).to(tl.float16)", tests="flash_attention"),
+    Bug("causal_loop_one_block_short", "7.4", "stops the key loop before the diagonal block (start_m * BLOCK_M)",
+        old="return tl.minimum((start_m + 1) * BLOCK_M, seq_len)", new="return tl.minimum(start_m * BLOCK_M, seq_len)",
+        tests="causal"),
+    Bug("causal_no_early_exit", "7.4", "walks every key block and relies on the mask: right, but twice the work",
+        old="return tl.minimum((start_m + 1) * BLOCK_M, seq_len)", new="return seq_len", tests="causal"),
+    Bug("causal_mask_excludes_diagonal", "7.4", "masks j >= i instead of j > i, so a query cannot see itself",
+        old="offs_m[:, None] >= offs_n[None, :]", new="offs_m[:, None] > offs_n[None, :]", tests="causal"),
+    Bug("block_table_ignored", "7.5", "reads logical page t // page_size as if it were the physical page",
+        old="page = tl.load(Block_tables + off_b * stride_tb + (offs_t // page_size) * stride_tp, mask=valid, other=0)",
+        new="page = offs_t // page_size", tests="paged_decode"),
+    Bug("paged_gqa_no_grouping", "7.5", "reads KV head h for query head h, ignoring GQA",
+        old="    off_kvh = off_h // GROUP\n    seq_len = tl.load(Seq_lens + off_b)",
+        new="    off_kvh = off_h\n    seq_len = tl.load(Seq_lens + off_b)", tests="paged_decode"),
+]
