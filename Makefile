@@ -14,6 +14,7 @@ help:
 	@echo "make bench      run benchmarks/ and write _build/bench/results.json"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make solutions  re-execute solutions/ in place (refreshes their stored outputs)"
+	@echo "make grade SUBMISSIONS=dir  grade a folder of student submissions into _build/grades"
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +47,10 @@ exercises: $(STAMP)
 solutions: $(STAMP)
 	$(BIN)/python tools/execute_notebooks.py $(or $(NB),solutions/*.ipynb)
 	$(BIN)/python -m grading.stubs
+
+grade: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=dir [OUT=_build/grades] [GRADE_ARGS='--workers 8 --extra-tests dir']"; exit 2; }
+	$(BIN)/python -m grading.batch $(SUBMISSIONS) --out $(or $(OUT),_build/grades) $(GRADE_ARGS)
 
 clean:
 	rm -rf _build

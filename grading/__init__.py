@@ -9,6 +9,15 @@ One concern per module:
 - ``catalogue``: the wrong implementations that every grader must reject.
 - ``isolation``: run checks on a notebook in a child process (crashes, timeouts).
 - ``plugin``:    the pytest plugin (``--notebooks``, ``--prove``, points, summary).
+
+Batch grading of a class (``make grade``, ``python -m grading.batch``):
+
+- ``batch``:     the command: students in parallel, progress, resume, hidden tests.
+- ``matching``:  which notebook is which chapter, tolerating students' renames.
+- ``runner``:    one child process per student and chapter (timeout, limits, temp dir).
+- ``child``:     what runs inside that child: pytest on the student's notebook.
+- ``tamper``:    detection of patched libraries, reads of the graders, stray writes.
+- ``gradebook``: rows, statuses, ``gradebook.csv``, feedback files.
 """
 
 from grading.compare import assert_close, assert_equal, assert_raises

@@ -230,7 +230,7 @@ class _ForkServer:
     (CODE negative for a signal)."""
 
     def __init__(self, env: dict):
-        self.proc = subprocess.Popen([sys.executable, "-m", "grading.isolation", "--serve"], cwd=ROOT, env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "grading.isolation", "--serve"], cwd=os.getcwd(), env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.buffer = b""
 
@@ -346,8 +346,10 @@ def _launch(spec_path: Path, output_path: Path, env: dict, limit: float, overrid
         except (RuntimeError, OSError, ValueError, IndexError, AttributeError):
             _servers.pop(key, None)  # the server died: fall back to a fresh interpreter
     with open(output_path, "w") as output:
-        child = subprocess.Popen([sys.executable, "-m", "grading.isolation", str(spec_path)], cwd=ROOT, env=env,
-                                 stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        # Same process group and working directory as the caller: a batch grader that
+        # kills its child's group on timeout kills this one too, and files stay in its temp dir.
+        child = subprocess.Popen([sys.executable, "-m", "grading.isolation", str(spec_path)], cwd=os.getcwd(), env=env,
+                                 stdout=output, stderr=subprocess.STDOUT)
         try:
             return child.wait(timeout=limit), False
         except subprocess.TimeoutExpired:

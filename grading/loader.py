@@ -36,6 +36,16 @@ STUB_PLACEHOLDER = re.compile(r"^([A-Za-z_]\w*) = \.\.\.  # (Exercise \d+\.\d+: 
 _counter = itertools.count()
 
 
+class _CappedBuffer(io.StringIO):
+    """Keeps the first MAX_CAPTURED_CHARS of what a notebook prints and drops the rest
+    as it comes, so a print flood never sits in memory."""
+
+    def write(self, text: str) -> int:
+        if self.tell() < MAX_CAPTURED_CHARS:
+            super().write(text[: MAX_CAPTURED_CHARS - self.tell()])
+        return len(text)
+
+
 class NotebookLoadError(Exception):
     """The notebook could not be read at all (missing, not JSON, not a notebook)."""
 
@@ -136,7 +146,7 @@ def load_notebook(path, *, skip_tags=(SKIP_TAG,), module_name: str | None = None
     sys.modules[name] = module  # dataclasses and pickling look modules up here
     loaded = LoadedNotebook(path=path, module=module)
     prefix = f"{path}#cell-"
-    captured = io.StringIO()
+    captured = _CappedBuffer()
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
@@ -157,7 +167,7 @@ def load_notebook(path, *, skip_tags=(SKIP_TAG,), module_name: str | None = None
             loaded.problems.append(CellProblem(index, "not implemented", str(exc)))
         except (Exception, SystemExit) as exc:  # a student's sys.exit() must not end the grader
             loaded.problems.append(CellProblem(index, "error", _describe(exc, prefix)))
-    loaded.output = captured.getvalue()[:MAX_CAPTURED_CHARS]
+    loaded.output = captured.getvalue()
     return loaded
 
 

@@ -1,0 +1,68 @@
+"""``make bench`` records of the batch grader (issue 8).
+
+- ``grade.one_submission_seconds``: wall time of ``python -m grading.batch`` on one
+  complete, correct submission (every chapter that has a solution), default workers.
+- ``grade.parallel_efficiency``: 8 such submissions with 1 worker, divided by twice
+  the time with 2 workers (1.0: two workers halve the time).
+
+Both run the real command in a subprocess, exactly as an instructor would, on
+copies of ``solutions/``; a run that does not give full marks is reported in the note,
+a run that stops (exit status not 0) fails the module instead of recording a time.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.records import Record
+from grading.matching import discover_chapters
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _submissions(folder: Path, count: int) -> Path:
+    subs = folder / f"subs{count}"
+    for n in range(count):
+        student = subs / f"student{n:02d}"
+        student.mkdir(parents=True)
+        for c in discover_chapters():
+            shutil.copyfile(ROOT / "solutions" / f"{c.stem}.ipynb", student / f"{c.stem}.ipynb")
+    return subs
+
+
+def _grade(subs: Path, out: Path, workers: int) -> tuple[float, str]:
+    """Seconds for the whole command, and "" or what went wrong."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "grading.batch", str(subs), "--out", str(out), "--workers",
+                           str(workers), "--quiet"], cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:  # e.g. the graders changed under it: the time means nothing
+        raise RuntimeError(f"grading.batch exited with {proc.returncode}: {proc.stderr[-500:]}")
+    with open(out / "gradebook.csv", newline="") as f:
+        bad = [r for r in csv.DictReader(f) if r["exercise"] and r["status"] not in ("passed", "skipped")]
+    return seconds, f"{len(bad)} rows not passed, e.g. {bad[0]['chapter']} {bad[0]['status']}" if bad else ""
+
+
+def run() -> list[Record]:
+    chapters = len(discover_chapters())
+    with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
+        tmp = Path(tmp)
+        one = _submissions(tmp, 1)
+        seconds, problem = _grade(one, tmp / "out1", os.cpu_count() or 1)
+        records = [Record("grade.one_submission_seconds", seconds, "s", "<= 120",
+                          note=f"{chapters} chapters, {os.cpu_count()} workers" + (f"; {problem}" if problem else ""))]
+        eight = _submissions(tmp, 8)
+        serial, p1 = _grade(eight, tmp / "out8w1", 1)
+        parallel, p2 = _grade(eight, tmp / "out8w2", 2)
+        notes = [f"8 submissions x {chapters} chapters: 1 worker {serial:.1f} s, 2 workers {parallel:.1f} s"]
+        notes += [p for p in (p1, p2) if p]
+        records.append(Record("grade.parallel_efficiency", serial / (2 * parallel), "ratio", ">= 0.8",
+                              note="; ".join(notes)))
+    return records

@@ -1,0 +1,435 @@
+"""Grade a folder of submissions: ``python -m grading.batch SUBMISSIONS --out DIR``.
+
+Each entry of SUBMISSIONS is one student: a folder of notebooks, or a ``.zip`` of
+one. Notebooks are matched to chapters by name (renamed copies are fine; what
+cannot be matched is reported). Every student and chapter is graded in a child
+process of its own (:mod:`grading.runner`), several at a time, under a wall-clock
+timeout and a memory limit. The results:
+
+  DIR/gradebook.csv      student, chapter, exercise, points, max_points, status, message
+                         (appended as each chapter finishes; sorted at the end)
+  DIR/feedback/<student>.md   what each student reads
+  DIR/needs_review.md    timeouts, crashes, memory limits, tampering, unreadable notebooks
+
+Statuses: passed, failed, not attempted, error, timed out, memory limit, crashed,
+tampered, needs review, missing, skipped (a GPU test without a GPU), note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from grading import gradebook as gb
+from grading.matching import Chapter, Submission, discover_chapters, list_students, match_folder, unpack_zip
+from grading.loader import MAX_CAPTURED_CHARS
+from grading.runner import OUTPUT_CAP, ChildResult, kill_all, run_child
+
+ROOT = Path(__file__).resolve().parent.parent
+EXERCISE_CELL = re.compile(r"^#\s*Exercise (\d+\.\d+)\b", re.M)
+MAX_NOTEBOOK_BYTES = 50 * 2**20
+# The modules a grading child runs (others in grading/ may change freely while we grade).
+GRADER_MODULES = ("__init__", "plugin", "loader", "compare", "catalogue", "regions", "child", "tamper")
+WATCHED_PACKAGES = ("torch", "numpy", "pytest", "_pytest", "pluggy", "nbformat")
+
+
+@dataclass
+class Task:
+    student: str
+    chapter: Chapter
+    notebook: Path | None  # None: missing
+    note: str = ""  # why it is missing / ambiguous
+
+
+# -- what must not change while we grade ------------------------------------------------
+def fingerprint(chapters: list[Chapter], hidden: list[Path]) -> dict[str, str]:
+    """Hashes of the graders in use (grading/, the chapters' tests and references, the
+    hidden tests) and the size and mtime of the top-level files of the packages the
+    graders trust. A child that changes them (through a subprocess, which the audit
+    hook cannot see) is caught afterwards."""
+    files = [ROOT / "grading" / f"{m}.py" for m in GRADER_MODULES] + [ROOT / "tests" / "__init__.py", *hidden]
+    files.append(ROOT / "tests" / "references" / "__init__.py")
+    for c in chapters:
+        files += [c.test_file, ROOT / "tests" / "references" / f"ref_{c.stem}.py"]
+    out = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.exists()}
+    import importlib.util
+
+    for name in WATCHED_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        for folder in spec.submodule_search_locations:
+            for path in sorted(Path(folder).glob("*.py")):
+                st = path.stat()
+                out[str(path)] = f"{st.st_size}:{st.st_mtime_ns}"
+    return out
+
+
+# -- a notebook's shape -------------------------------------------------------------------
+def exercise_cells(path: Path) -> list[str] | str:
+    """The exercise ids of the notebook's code cells, in order; or why it is unreadable."""
+    import nbformat
+
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return "the notebook file is empty"
+        if size > MAX_NOTEBOOK_BYTES:
+            return f"the notebook is {size // 2**20} MB, too large to grade (outputs saved in it?)"
+        nb = nbformat.read(path, as_version=4)
+    except Exception as exc:
+        return f"the notebook is not valid notebook JSON ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+    code = [c for c in nb.cells if c.get("cell_type") == "code"]
+    if not code:
+        return "the notebook has no code cells"
+    ids = []
+    for c in code:
+        src = c.source if isinstance(c.source, str) else "".join(c.source)
+        ids += EXERCISE_CELL.findall(src)
+    return ids
+
+
+def structure_review(student_ids: list[str], solution_ids: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Exercises whose cells were deleted, duplicated or moved (compared with the
+    solution): {exercise: reason} for exercises that need a look if they fail, and notes."""
+    review, notes = {}, []
+    for ex in dict.fromkeys(solution_ids):
+        n = student_ids.count(ex)
+        if n == 0:
+            review[ex] = f"the cell of Exercise {ex} is missing from the notebook (deleted?)"
+        elif n > 1:
+            review[ex] = f"the cell of Exercise {ex} appears {n} times (the last one counts)"
+            notes.append(review[ex])
+    present = [ex for ex in dict.fromkeys(student_ids) if ex in solution_ids]
+    expected = [ex for ex in dict.fromkeys(solution_ids) if ex in present]
+    if present != expected:
+        moved = [a for a, b in zip(present, expected) if a != b]
+        notes.append("exercise cells are in a different order than in the exercise notebook: " + ", ".join(present))
+        for ex in moved:
+            review.setdefault(ex, f"the cell of Exercise {ex} was moved")
+    return review, notes
+
+
+# -- one task -------------------------------------------------------------------------------
+class Grader:
+    def __init__(self, args, chapters: list[Chapter], hidden: dict[str, list[Path]]):
+        self.args = args
+        self.chapters = chapters
+        self.hidden = hidden
+        self.plan: dict[str, list[dict]] = {}
+        self.solution_ids: dict[str, list[str]] = {}
+        self.baseline: dict[str, str] = {}
+        self.compromised = ""
+        self.devices = itertools.cycle([d for d in args.cuda_devices.split(",") if d.strip()] or [""])
+        self.device_lock = threading.Lock()
+
+    def collect_plan(self):
+        """Which tests each chapter has, their exercises and points (one collect-only child)."""
+        files = [str(c.test_file) for c in self.chapters] + [str(p) for ps in self.hidden.values() for p in ps]
+        result = run_child({"test_files": files, "collect_only": True,
+                            "hidden_dirs": [str(self.args.extra_tests)] if self.args.extra_tests else []},
+                           timeout=max(self.args.timeout, 300), memory_mb=0, threads=1)
+        plans = result.of("plan")
+        if not plans or not plans[0]["tests"]:
+            raise SystemExit("could not collect the graders:\n" + result.output[-3000:])
+        errors = result.of("collect_error")
+        if errors:
+            raise SystemExit("the graders do not import:\n" + errors[0]["message"])
+        for c in self.chapters:
+            mine = {str(c.test_file.resolve())} | {str(p.resolve()) for p in self.hidden.get(c.stem, [])}
+            self.plan[c.stem] = [t for t in plans[0]["tests"] if t["path"] in mine]
+            ids = exercise_cells(ROOT / "solutions" / f"{c.stem}.ipynb")
+            self.solution_ids[c.stem] = ids if isinstance(ids, list) else []
+
+    def grade(self, task: Task) -> list[gb.Row]:
+        s, stem = task.student, task.chapter.stem
+        tests = self.plan[stem]
+        if task.notebook is None:
+            status = gb.REVIEW if task.note else gb.MISSING
+            return gb.zero_rows(s, stem, tests, status, task.note or f"no notebook for {stem} in the submission")
+        ids = exercise_cells(task.notebook)
+        if isinstance(ids, str):
+            return gb.zero_rows(s, stem, tests, gb.REVIEW, ids)
+        review, notes = structure_review(ids, self.solution_ids.get(stem, []))
+        files = {f"{stem}.ipynb": str(task.notebook)}
+        for h in self.hidden.get(stem, []):
+            hidden_stem = h.stem[len("test_"):]
+            files.setdefault(f"{hidden_stem}.ipynb", str(task.notebook))
+        with self.device_lock:
+            device = next(self.devices)
+        hidden_files = [str(h) for h in self.hidden.get(stem, [])]
+        spec = {"chapter": stem, "test_files": [str(task.chapter.test_file), *hidden_files],
+                "notebook_files": files,
+                "hidden_dirs": [str(self.args.extra_tests)] if self.args.extra_tests else []}
+        result = run_child(spec, timeout=self.args.timeout, memory_mb=self.args.memory_mb,
+                           threads=self.args.threads, cuda_devices=device)
+        rows = self.rows_from(s, stem, tests, result, review, notes)
+        now = fingerprint(self.chapters, [p for ps in self.hidden.values() for p in ps])
+        # Files that appeared since are ignored: nothing imports them.
+        changed = sorted(k for k in self.baseline if now.get(k) != self.baseline[k])
+        if changed:
+            self.compromised = f"{s} / {stem} changed {', '.join(changed[:5])}"
+            rows = gb.zero_rows(s, stem, tests, gb.TAMPERED, "files of the grader or of installed packages changed "
+                                f"while this chapter was graded: {', '.join(Path(c).name for c in changed[:5])}")
+        return rows
+
+    def hidden_dirs(self) -> list[Path]:
+        return [self.args.extra_tests] if self.args.extra_tests else []
+
+    def rows_from(self, s: str, stem: str, tests: list[dict], r: ChildResult, review: dict,
+                  notes: list[str]) -> list[gb.Row]:
+        limit = f"{self.args.memory_mb} MB"
+        if r.timed_out:
+            return gb.zero_rows(s, stem, tests, gb.TIMED_OUT,
+                                f"grading this chapter took longer than {self.args.timeout:g} s and was stopped")
+        tamper = [v for line in r.of("tamper") for v in line["violations"]]
+        if tamper:
+            return gb.zero_rows(s, stem, tests, gb.TAMPERED, "; ".join(tamper)[:gb.MESSAGE_CHARS])
+        if not r.finished:
+            if gb.MEMORY_WORDS.search(r.output):
+                return gb.zero_rows(s, stem, tests, gb.MEMORY, f"the notebook ran out of memory (limit {limit})")
+            return gb.zero_rows(s, stem, tests, gb.CRASHED, gb.crash_text(r.returncode))
+        errors = r.of("collect_error")
+        if errors:
+            why = "the graders could not run: " + gb.one_line(errors[0]["message"])
+            return gb.zero_rows(s, stem, tests, gb.REVIEW, why)
+        outcomes = {t["nodeid"]: t for t in r.of("test")}
+        load = (r.of("load") or [{"problems": []}])[0]
+        unreadable = [p for p in load["problems"] if p["kind"] == "unreadable"]
+        if unreadable:
+            return gb.zero_rows(s, stem, tests, gb.REVIEW, gb.one_line(unreadable[0]["message"]))
+        memory_note = ""
+        for p in load["problems"]:
+            if p["kind"] == "error" and gb.MEMORY_WORDS.search(p["message"]):
+                memory_note = f"cell {p['cell']} ran out of memory (limit {limit})"
+                break
+        rows = gb.graded_rows(s, stem, tests, outcomes, review, memory_note)
+        if memory_note:
+            rows.append(gb.Row(s, stem, "", 0, 0, gb.MEMORY, memory_note))
+        for p in load["problems"]:
+            if p["kind"] == "error" and memory_note and gb.MEMORY_WORDS.search(p["message"]):
+                continue
+            if p["kind"] == "skipped":
+                text = f"cell {p['cell']}: {p['message']} (not run by the grader)"
+                rows.append(gb.Row(s, stem, "", 0, 0, gb.NOTE, text))
+            elif p["kind"] == "error":
+                text = f"cell {p['cell']} raised {gb.one_line(p['message'], 300)}"
+                rows.append(gb.Row(s, stem, "", 0, 0, gb.NOTE, text))
+        rows += [gb.Row(s, stem, "", 0, 0, gb.NOTE, n) for n in notes]
+        if load.get("output_chars", 0) >= MAX_CAPTURED_CHARS:
+            rows.append(gb.Row(s, stem, "", 0, 0, gb.NOTE, f"the notebook printed more than {MAX_CAPTURED_CHARS} "
+                                                           "characters; the rest of its output was discarded"))
+        elif r.output_bytes > OUTPUT_CAP:
+            rows.append(gb.Row(s, stem, "", 0, 0, gb.NOTE, f"the notebook printed more than {OUTPUT_CAP // 1024} KB; "
+                                                           "the rest of its output was discarded"))
+        return rows
+
+
+# -- the whole run --------------------------------------------------------------------------
+class Progress:
+    """One line on stderr: a bar, the count and the time left (from the mean so far)."""
+
+    def __init__(self, total: int, quiet: bool):
+        self.total, self.done, self.quiet = total, 0, quiet
+        self.start = time.monotonic()
+        self.tty = sys.stderr.isatty()
+
+    def step(self, label: str):
+        self.done += 1
+        if self.quiet:
+            return
+        elapsed = time.monotonic() - self.start
+        left = elapsed / self.done * (self.total - self.done)
+        eta = f"{int(left // 60)} min {int(left % 60):02d} s left"
+        if self.done == self.total:
+            eta = f"done in {elapsed:.0f} s"
+        width = 30
+        filled = int(width * self.done / max(self.total, 1))
+        line = f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}  {eta}  ({label})"
+        if self.tty:
+            sys.stderr.write("\r\033[K" + line + ("\n" if self.done == self.total else ""))
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def hidden_tests(folder: Path | None, chapters: list[Chapter]) -> dict[str, list[Path]]:
+    """Hidden test files, by chapter: ``test_NN_anything.py`` belongs to chapter NN."""
+    out: dict[str, list[Path]] = {}
+    if folder is None:
+        return out
+    for path in sorted(folder.glob("test_*.py")):
+        m = re.match(r"^test_(\d\d)_", path.name)
+        chapter = next((c for c in chapters if m and c.number == int(m.group(1))), None)
+        if chapter is None:
+            print(f"warning: hidden test {path.name} names no chapter being graded (test_NN_....py); ignored",
+                  file=sys.stderr)
+            continue
+        out.setdefault(chapter.stem, []).append(path.resolve())
+    return out
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="python -m grading.batch",
+        description="Grade a folder of student submissions (each a folder of notebooks or a .zip of one): "
+                    "writes gradebook.csv, one Markdown feedback file per student and needs_review.md.")
+    p.add_argument("submissions", type=Path, help="folder with one entry per student (a folder or a .zip)")
+    p.add_argument("--out", type=Path, default=ROOT / "_build" / "grades",
+                   help="output folder (default: _build/grades)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="chapters graded at the same time, each in its own process (default: all cores)")
+    p.add_argument("--timeout", type=float, default=300,
+                   help="wall-clock seconds per student and chapter (default 300)")
+    p.add_argument("--memory-mb", type=int, default=4096,
+                   help="memory limit per student and chapter in MB (RLIMIT_AS; 0: none; default 4096)")
+    p.add_argument("--threads", type=int, default=1, help="torch/OpenMP/BLAS threads per child (default 1)")
+    p.add_argument("--cuda-devices", default="",
+                   help="GPUs the children may see, shared round-robin, e.g. '0,1' (default: none, CPU only)")
+    p.add_argument("--resume", action="store_true", help="keep what an earlier run in --out finished; grade the rest")
+    p.add_argument("--extra-tests", type=Path, default=None,
+                   help="folder of hidden test files test_NN_*.py: graded and in the gradebook, "
+                        "never shown in feedback")
+    p.add_argument("--chapters", default="", help="grade only these chapters, e.g. '01_kv_memory' or '1,3'")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if not args.submissions.is_dir():
+        print(f"{args.submissions} is not a folder", file=sys.stderr)
+        return 2
+    if args.extra_tests is not None:
+        args.extra_tests = args.extra_tests.resolve()
+        if not args.extra_tests.is_dir():
+            print(f"--extra-tests {args.extra_tests} is not a folder", file=sys.stderr)
+            return 2
+    args.out = args.out.resolve()
+    chapters = discover_chapters(only=args.chapters.split(",") if args.chapters else None)
+    if not chapters:
+        print("no chapters to grade (tests/test_NN_*.py with solutions/NN_*.ipynb)", file=sys.stderr)
+        return 2
+    hidden = hidden_tests(args.extra_tests, chapters)
+    grader = Grader(args, chapters, hidden)
+    book = gb.Gradebook(args.out, args.resume)
+    if not args.quiet:
+        print(f"grading {', '.join(c.stem for c in chapters)} for the entries of {args.submissions} "
+              f"({args.workers} workers, {args.timeout:g} s and {args.memory_mb} MB per chapter)", file=sys.stderr)
+    grader.baseline = fingerprint(chapters, [p for ps in hidden.values() for p in ps])
+
+    students, ignored = list_students(args.submissions)
+    for name in ignored:
+        print(f"ignored {name}: neither a folder nor a .zip", file=sys.stderr)
+    scratch = Path(tempfile.mkdtemp(prefix="grade-unzip-"))
+    tasks: list[Task] = []
+    try:
+        for n, (student, entry) in enumerate(students):
+            if gb.task_id(student, "") in book.done:
+                submission_rows = None
+            else:
+                submission_rows = []
+            folder = entry
+            problem = ""
+            if entry.suffix.lower() == ".zip" and entry.is_file():
+                folder = scratch / f"{n:05d}-{re.sub(r'[^A-Za-z0-9]+', '_', student)}"
+                problem = unpack_zip(entry, folder)
+            sub = Submission(student, problem=problem) if problem else match_folder(student, folder, chapters)
+            if submission_rows is not None:
+                if sub.problem:
+                    submission_rows.append(gb.Row(student, "", "", 0, 0, gb.REVIEW, sub.problem))
+                missing_any = any(c.stem not in sub.notebooks for c in chapters)
+                for name, reason in sub.unmatched:
+                    submission_rows.append(gb.Row(student, "", "", 0, 0, gb.REVIEW if missing_any else gb.NOTE,
+                                                  f"{name} was not matched to a chapter: {reason}"))
+                book.add(student, "", submission_rows)
+            for c in chapters:
+                if gb.task_id(student, c.stem) in book.done:
+                    continue
+                note = ""
+                if c.stem in sub.ambiguous:
+                    files = ", ".join(sub.ambiguous[c.stem])
+                    note = f"several different notebooks could be {c.stem}: {files}; keep one"
+                elif sub.problem:
+                    note = sub.problem
+                tasks.append(Task(student, c, sub.notebooks.get(c.stem), note))
+        if tasks:
+            grader.collect_plan()
+            try:
+                run_tasks(grader, book, tasks, args, {s for s, _ in students})
+            except KeyboardInterrupt:
+                kill_all()  # any child started while the queue was being stopped
+                print(f"\ninterrupted: what finished is in {book.path}; rerun with --resume to grade the rest",
+                      file=sys.stderr)
+                return 130
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    book.finish()
+    for student, _ in students:
+        gb.write_feedback(args.out, student, book.student_rows(student))
+    review = gb.write_review_list(args.out, book.rows)
+    flagged = sum(r.status in gb.FOR_REVIEW for r in book.rows)
+    if not args.quiet:
+        print(f"wrote {book.path}, {len(students)} feedback files in {args.out / 'feedback'} and {review} "
+              f"({flagged} rows need a look)", file=sys.stderr)
+    if grader.compromised:
+        print(f"\nSTOPPED: the grader's files or installed packages changed during grading ({grader.compromised}). "
+              "Restore them (git checkout / reinstall the venv), then rerun with --resume.", file=sys.stderr)
+        return 3
+    return 0
+
+
+def run_tasks(grader: Grader, book: gb.Gradebook, tasks: list[Task], args, students: set[str]):
+    """Grade the tasks, ``args.workers`` child processes at a time (threads here only
+    wait on children). A student's feedback is written as soon as all their chapters are in."""
+    progress = Progress(len(tasks), args.quiet)
+    left = {s: sum(t.student == s for t in tasks) for s in students}
+    pool = ThreadPoolExecutor(max_workers=max(1, args.workers))
+    futures = {pool.submit(_grade_safely, grader, t): t for t in tasks}
+    try:
+        for future in as_completed(futures):
+            task = futures[future]
+            rows = None if future.cancelled() else future.result()
+            if rows is None:
+                continue  # not graded (the run stopped): --resume grades it
+            book.add(task.student, task.chapter.stem, rows)
+            left[task.student] -= 1
+            if left[task.student] == 0:
+                gb.write_feedback(args.out, task.student, book.student_rows(task.student))
+            progress.step(f"{task.student} {task.chapter.stem}")
+            if grader.compromised:
+                for f in futures:
+                    f.cancel()
+    except KeyboardInterrupt:
+        # Nothing more is recorded: stop the queue, kill the children, let the threads return.
+        grader.compromised = grader.compromised or "interrupted"
+        pool.shutdown(wait=False, cancel_futures=True)
+        kill_all()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _grade_safely(grader: Grader, task: Task) -> list[gb.Row] | None:
+    if grader.compromised:
+        return None
+    try:
+        return grader.grade(task)
+    except Exception as exc:  # a bug of ours must cost one chapter, not the run
+        return gb.zero_rows(task.student, task.chapter.stem, grader.plan[task.chapter.stem], gb.REVIEW,
+                            f"the grader failed on this chapter: {type(exc).__name__}: {exc}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""The grading child: one student's chapter, in a process of its own.
+
+``python -m grading.child SPEC.json`` is started by :mod:`grading.runner` inside a
+temporary directory, under a memory limit and a wall-clock timeout. It runs pytest
+on the chapter's graders with ``--notebooks <the student's notebook folder>`` and
+writes what happened, one JSON object per line, to the results file the parent
+named (opened before any student code runs, so the notebook cannot open it):
+
+    {"kind": "plan", "tests": [...]}      every test: exercise, points, hidden or not
+    {"kind": "test", ...}                 one per test, as soon as it has run
+    {"kind": "load", "problems": [...]}   what the loader noticed in the notebook's cells
+    {"kind": "tamper", "violations": [...]}
+    {"kind": "done"}
+
+A child that dies leaves the lines it wrote; the parent reads them and the exit
+status. ``--collect`` writes only the plan (no notebook is loaded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _exercise(item) -> str | None:
+    from grading.plugin import _exercise as exercise_of
+
+    return exercise_of(item)
+
+
+def _skipped_here(item) -> bool:
+    """Would this test be skipped in this environment (a GPU test without a GPU)?"""
+    if item.get_closest_marker("gpu") is not None:
+        try:
+            import torch
+
+            return not torch.cuda.is_available()
+        except Exception:
+            return True
+    for mark in item.iter_markers("skipif"):
+        if mark.args and isinstance(mark.args[0], bool) and mark.args[0]:
+            return True
+    return bool(list(item.iter_markers("skip")))
+
+
+class Collector:
+    """A pytest plugin that writes the plan and each outcome as JSON lines."""
+
+    def __init__(self, out, hidden_dirs: list[Path], wire=None, chapter: str = ""):
+        self.out = out
+        self.chapter = chapter
+        self.hidden_dirs = [str(p.resolve()) for p in hidden_dirs]
+        self.wire = wire
+        self.snapshot = None
+        self.outcomes: dict[str, dict] = {}
+        self.hidden_modules: dict[str, object] = {}
+
+    def emit(self, obj: dict):
+        self.out.write(json.dumps(obj, sort_keys=True) + "\n")
+        self.out.flush()
+
+    def _hidden(self, path) -> bool:
+        return any(str(Path(str(path)).resolve()).startswith(d + os.sep) for d in self.hidden_dirs)
+
+    def _test(self, item) -> dict:
+        function = item.originalname if hasattr(item, "originalname") else item.name.split("[")[0]
+        points = item.get_closest_marker("points")
+        return {"nodeid": item.nodeid, "path": str(Path(str(item.path)).resolve()), "function": function,
+                "exercise": _exercise(item), "points": points.args[0] if points else 1,
+                "hidden": self._hidden(item.path), "skip": _skipped_here(item)}
+
+    def pytest_collection_finish(self, session):
+        self.emit({"kind": "plan", "tests": [self._test(i) for i in session.items],
+                   "errors": [str(r.longrepr)[:2000] for r in getattr(session, "_collect_errors", [])]})
+        if session.config.getoption("collectonly"):
+            return
+        from grading import tamper
+
+        self.snapshot = tamper.Snapshot()
+        # The graders are imported; take them out of sys.modules so a notebook cannot
+        # `import tests.references...` without reading the file (which the tripwire refuses).
+        for name in list(sys.modules):
+            module = sys.modules[name]
+            file = getattr(module, "__file__", None) or ""
+            if name == "tests" or name.startswith("tests.") or (file and self._hidden(file)):
+                self.hidden_modules[name] = sys.modules.pop(name)
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.emit({"kind": "collect_error", "message": str(report.longrepr)[-4000:]})
+
+    def pytest_runtest_makereport(self, item, call):
+        if call.excinfo is not None and call.when == "call":
+            self.outcomes.setdefault(item.nodeid, {"outcome": "passed", "message": "", "exc_type": ""})[
+                "exc_type"] = call.excinfo.typename
+
+    def pytest_runtest_logreport(self, report):
+        entry = self.outcomes.setdefault(report.nodeid, {"outcome": "passed", "message": "", "exc_type": ""})
+        if report.when == "call" and report.skipped:
+            entry["outcome"] = "skipped"
+        elif report.when == "setup" and report.skipped:
+            entry["outcome"] = "skipped"
+        elif report.failed and entry["outcome"] != "failed":
+            entry["outcome"] = "failed"
+            entry["message"] = str(report.longrepr)[:4000]
+            entry["when"] = report.when
+        if report.when == "teardown":
+            self.emit({"kind": "test", "nodeid": report.nodeid, **entry})
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session):
+        # Before pytest's own unconfigure hooks, which legitimately undo patches of theirs.
+        if not session.config.getoption("collectonly"):
+            self.finish(session.config)
+
+    def finish(self, config):
+        state = getattr(config, "_grading", None)
+        problems, borrowed, output_chars = [], [], 0
+        if state is not None:
+            from grading import tamper
+
+            # The chapter's own load (a hidden-test copy of the notebook would repeat its notes).
+            main = [v for (_, stem), v in state.cache.items() if stem == self.chapter] or list(state.cache.values())[:1]
+            for loaded in main:
+                for p in getattr(loaded, "problems", []):
+                    problems.append({"cell": p.cell, "kind": p.kind, "message": str(p.message)[:1000]})
+                module = getattr(loaded, "__dict__", {}).get("module")
+                if module is not None:
+                    borrowed += tamper.borrowed_names(module)
+                    output_chars = max(output_chars, len(getattr(loaded, "output", "")))
+                elif type(loaded).__name__ == "_Unloadable":
+                    problems.append({"cell": -1, "kind": "unreadable", "message": loaded.__dict__["_message"]})
+        self.emit({"kind": "load", "problems": problems, "output_chars": output_chars})
+        violations = list(self.wire.violations) if self.wire else []
+        if self.snapshot is not None:
+            violations += self.snapshot.changes()
+        violations += borrowed
+        self.emit({"kind": "tamper", "violations": violations})
+
+
+def apply_limits(spec: dict):
+    """Memory (``RLIMIT_AS``; ``RLIMIT_DATA`` when a GPU is visible, because CUDA reserves
+    far more address space than it uses), file size, no core dumps."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    cap = int(spec.get("file_size_cap", 0))
+    if cap > 0:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+    memory_mb = int(spec.get("memory_mb", 0))
+    if memory_mb > 0:
+        which = resource.RLIMIT_DATA if spec.get("gpu_visible") else resource.RLIMIT_AS
+        resource.setrlimit(which, (memory_mb * 2**20, memory_mb * 2**20))
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    apply_limits(spec)
+    collect_only = spec.get("collect_only", False)
+    out = open(spec["results"], "w", encoding="utf-8")  # before any student code runs
+    os.chdir(spec["work_dir"])
+    import torch
+
+    torch.manual_seed(0)
+    torch.set_num_threads(int(spec.get("threads", 1)))
+    wire = None
+    if not collect_only:
+        from grading import tamper
+
+        protected = [ROOT / "tests", ROOT / "solutions"] + [Path(d) for d in spec.get("hidden_dirs", [])]
+        wire = tamper.install(Path(spec["work_dir"]), protected)
+    collector = Collector(out, [Path(d) for d in spec.get("hidden_dirs", [])], wire, spec.get("chapter", ""))
+    args = [*spec["test_files"], "--notebooks", spec["notebooks"], "--rootdir", str(ROOT),
+            "-c", str(ROOT / "pytest.ini"), "-q", "--no-header", "-o", "timeout=0",
+            "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:nbval", "-p", "no:anyio",
+            "--tb=no", "-rN"]  # the parent formats the messages; pytest need not
+    if collect_only:
+        args.append("--collect-only")
+    code = pytest.main(args, plugins=[collector])
+    collector.emit({"kind": "done", "exit": int(code)})
+    out.close()
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
