@@ -533,6 +533,7 @@ def test_paged_decode_attention_rejects_bad_input(nb):
     assert_raises(f, torch.randn(4, 8), cache, [0], exc=ValueError, names="q", call="q 2-D")
     assert_raises(f, torch.randn(2, 4, 8), cache, [0], exc=ValueError, names="seq_ids", call="2 queries, 1 seq_id")
     assert_raises(f, torch.randn(1, 4, 8), cache, [9], exc=ValueError, names="seq_ids", call="seq_ids=[9], not in the cache")
+    assert_raises(f, torch.randn(0, 4, 8), cache, [], exc=ValueError, names="seq_ids", call="an empty batch")
 
 
 # -- Exercise 2.7 -------------------------------------------------------------------
