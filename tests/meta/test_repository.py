@@ -71,3 +71,14 @@ def test_key_pins():
     required = pins((ROOT / "requirements.txt").read_text().splitlines())
     assert required["torch"] == "2.13.0" and required["triton"] == "3.7.1"
     assert required["jupyter-book"].startswith("1."), "Jupyter Book 2 does not read _config.yml/_toc.yml"
+
+
+def test_chapter_headings_carry_no_hand_written_numbers():
+    """_toc.yml numbers the chapters and their sections; "## 2.1 ..." would show as "2.1. 2.1 ..."."""
+    numbered = re.compile(r"^#{1,3} \d+(\.\d+)*\.? ")
+    for path in sorted((ROOT / "chapters").glob("*.md")):
+        in_code = False
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            if line.startswith("```"):
+                in_code = not in_code
+            assert in_code or not numbered.match(line), f"{path.name}:{lineno}: {line!r}"
