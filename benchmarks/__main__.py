@@ -32,6 +32,7 @@ def main(argv: list[str]) -> int:
     records: list[Record] = []
     failed_modules = []
     for name in modules:
+        torch.set_num_threads(THREADS)  # whatever the previous module loaded, each starts alike
         start = time.perf_counter()
         print(f"-- {name}", flush=True)
         try:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.records import Record, best_time
-from grading import load_solutions
+from benchmarks.solutions import load_solutions
 
 PAGE_SIZE = 16
 

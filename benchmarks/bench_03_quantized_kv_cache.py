@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from benchmarks.records import Record
-from grading import load_solutions
+from benchmarks.solutions import load_solutions
 
 BATCH, HEADS, KV_HEADS, HEAD_DIM, SEQ_LEN, QUERIES = 1, 32, 8, 128, 4096, 16
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from benchmarks.records import Record, best_time
-from grading.loader import load_solutions
+from benchmarks.solutions import load_solutions
 
 BATCH, NUM_KV_HEADS, HEAD_DIM, DTYPE = 1, 8, 128, torch.float16
 APPENDS_PER_RUN = 50  # one timed run appends this many tokens

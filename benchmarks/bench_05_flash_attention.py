@@ -10,8 +10,10 @@ for memory.
 - ``flash.causal_speedup_over_full``: ``flash_attention`` non-causal time / causal
   time, N=4096 (goal >= 1.6: causal skips the tiles above the diagonal).
 
-Both sides run in this process with the same inputs and threads, interleaved call by
-call (see ``interleaved_best_times``).
+Both sides run in this process with the same inputs and threads, called in turn, round
+after round; a ratio is the median over rounds of the two times *within* a round
+(``benchmarks.records.paired_times`` and ``median_ratio``), and each note also gives the
+best time of each side and the ratio of those bests.
 Peak memory is the chapter's ``PeakMemory`` meter: the most bytes held at once by the
 tensors created during the call (the CPU allocator keeps no statistics of its own).
 H=2 for the memory record keeps naive attention's 8192 x 8192 scores at 0.5 GiB a copy;
@@ -23,24 +25,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from benchmarks.records import Record, best_time
-from grading import load_solutions
+from benchmarks.records import Record, median_ratio, paired_times
+from benchmarks.solutions import load_solutions
 
 B, H, N, D = 1, 8, 4096, 64
 MEM_N, MEM_H = 8192, 2  # H=2 keeps naive attention's 8192 x 8192 scores at 0.5 GiB per copy
-
-
-def interleaved_best_times(fns, repeat: int = 5) -> list[float]:
-    """``best_time`` for several functions at once: each round runs every function once,
-    in turn, so a burst of load on a shared machine slows all sides alike; the minimum
-    over rounds is kept for each."""
-    for fn in fns:  # warm-up
-        fn()
-    best = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
-            best[i] = min(best[i], best_time(fn, repeat=1, warmup=0))
-    return best
+ROUNDS = 9  # paired rounds of the four timed calls (about 10 s at 2 threads)
 
 
 def peak_bytes(sol, fn, q, k, v) -> int:
@@ -59,27 +49,33 @@ def run() -> list[Record]:
         err = (sol.flash_attention(q, k, v, causal=causal) - F.scaled_dot_product_attention(q, k, v, is_causal=causal)).abs().max()
         assert err < 1e-4, f"flash_attention differs from SDPA by {err} (causal={causal})"
 
-    t_sdpa, t_flash, t_sdpa_causal, t_flash_causal = interleaved_best_times([
+    sdpa, flash, sdpa_causal, flash_causal = paired_times([
         lambda: F.scaled_dot_product_attention(q, k, v),
         lambda: sol.flash_attention(q, k, v),
         lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         lambda: sol.flash_attention(q, k, v, causal=True),
-    ])
+    ], rounds=ROUNDS)
 
     qm, km, vm = (torch.randn(1, MEM_H, MEM_N, D) for _ in range(3))
     naive_bytes = peak_bytes(sol, sol.naive_attention, qm, km, vm)
     flash_bytes = peak_bytes(sol, sol.flash_attention, qm, km, vm)
     del qm, km, vm
     shape = f"B={B} H={H} N={N} d={D} fp32, {torch.get_num_threads()} threads"
+
+    def vs(ours, peer, what, peer_name):
+        """The note of a ratio: how it was taken, and the best times of both sides."""
+        return (f"{shape}{what}: median of {ROUNDS} paired rounds; best {min(ours) * 1e3:.0f} ms vs "
+                f"{peer_name} {min(peer) * 1e3:.0f} ms (ratio of bests {min(ours) / min(peer):.3f})")
+
     return [
-        Record("flash.cpu_vs_sdpa_n4096", t_flash / t_sdpa, "x", "<= 1.5",
-               note=f"{shape}: flash {t_flash * 1e3:.0f} ms, SDPA {t_sdpa * 1e3:.0f} ms"),
-        Record("flash.causal_cpu_vs_sdpa_n4096", t_flash_causal / t_sdpa_causal, "x", "<= 1.5",
-               note=f"{shape}, causal: flash {t_flash_causal * 1e3:.0f} ms, SDPA {t_sdpa_causal * 1e3:.0f} ms"),
+        Record("flash.cpu_vs_sdpa_n4096", median_ratio(flash, sdpa), "x", "<= 1.5",
+               note=vs(flash, sdpa, "", "SDPA")),
+        Record("flash.causal_cpu_vs_sdpa_n4096", median_ratio(flash_causal, sdpa_causal), "x", "<= 1.5",
+               note=vs(flash_causal, sdpa_causal, ", causal", "SDPA")),
         Record("flash.peak_mem_naive_over_flash_n8192", naive_bytes / flash_bytes, "x", ">= 10",
                note=f"B=1 H={MEM_H} N={MEM_N} d={D} fp32, peak bytes of tensors made during the call: "
                     f"naive {naive_bytes / 2**20:.0f} MiB, flash {flash_bytes / 2**20:.1f} MiB (output included)"),
-        Record("flash.causal_speedup_over_full", t_flash / t_flash_causal, "x", ">= 1.6",
-               note=f"{shape}: full {t_flash * 1e3:.0f} ms, causal {t_flash_causal * 1e3:.0f} ms"),
-        Record("flash.sdpa_ms_n4096", t_sdpa * 1e3, "ms", note=f"{shape}: the peer's own time, for context"),
+        Record("flash.causal_speedup_over_full", median_ratio(flash, flash_causal), "x", ">= 1.6",
+               note=vs(flash, flash_causal, ", full over causal", "causal")),
+        Record("flash.sdpa_ms_n4096", min(sdpa) * 1e3, "ms", note=f"{shape}: the peer's own best time, for context"),
     ]

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.records import Record, best_time
-from grading import load_solutions
+from benchmarks.solutions import load_solutions
 
 T, D, CHUNK = 4096, 64, 64
 

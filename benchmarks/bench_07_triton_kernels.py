@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.records import Record
-from grading import load_solutions
+from benchmarks.solutions import load_solutions
 from tests.references import ref_07_triton_kernels as ref
 
 ROOT = Path(__file__).resolve().parent.parent

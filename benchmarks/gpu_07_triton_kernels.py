@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
-    from grading import load_solutions
+    from benchmarks.solutions import load_solutions
 
     sol = load_solutions("07_triton_kernels")
     torch.manual_seed(0)

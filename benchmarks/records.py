@@ -8,6 +8,7 @@ number is shown for context, e.g. the peer's own figure).
 from __future__ import annotations
 
 import operator
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable
@@ -51,3 +52,30 @@ def best_time(fn: Callable[[], object], *, repeat: int = 5, number: int = 1, war
             fn()
         best = min(best, (time.perf_counter() - start) / number)
     return best
+
+
+def paired_times(fns: list[Callable[[], object]], *, rounds: int = 9) -> list[list[float]]:
+    """Wall times, in seconds, of several functions called in turn, round after round:
+    ``times[i][r]`` is function ``i`` in round ``r``, after one warm-up call of each.
+
+    Calls that sit next to each other in time share the machine's state (a burst of
+    load from a neighbour, the clock), so the ratio of two functions' times *within a
+    round* is the fair comparison; see :func:`median_ratio`."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            fn()
+            times[i].append(time.perf_counter() - start)
+    return times
+
+
+def median_ratio(numerator: list[float], denominator: list[float]) -> float:
+    """Median over rounds of ``numerator[r] / denominator[r]``.
+
+    On a shared machine the two minima of a best-of-N comparison can come from
+    different rounds, one lucky and one not; the median of per-round ratios pairs
+    calls that ran back to back and ignores a minority of disturbed rounds."""
+    return statistics.median(a / b for a, b in zip(numerator, denominator, strict=True))

@@ -24,6 +24,9 @@ def describe(value: Any) -> str:
         return f"tensor{tuple(value.shape)} {dtype}" + ("" if value.device.type == "cpu" else f" on {value.device}")
     if isinstance(value, (list, tuple)) and len(value) > 6:
         return f"{type(value).__name__} of {len(value)}"
+    if callable(value) and hasattr(value, "__name__"):  # torch.exp2, not "<built-in method ...>"
+        module = "torch" if getattr(torch, value.__name__, None) is value else getattr(value, "__module__", None)
+        return f"{module}.{value.__name__}" if module else value.__name__
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 

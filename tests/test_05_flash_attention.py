@@ -170,6 +170,23 @@ def test_online_update(nb, name, P, R, C, D, dtype_name):
 
 
 @pytest.mark.ex5_2
+@pytest.mark.points(1)
+@pytest.mark.parametrize("dtype_name", ["fp32", "fp64"])
+@pytest.mark.parametrize("name,P,R,C,D", UPDATE_CASES[1:], ids=[c[0] for c in UPDATE_CASES[1:]])
+def test_online_update_base_2(nb, name, P, R, C, D, dtype_name):
+    """With exp=torch.exp2, m and s are in base 2 and every exponential is a power of 2."""
+    dtype = DTYPES[dtype_name]
+    m, l, acc, s, v = update_state(P, R, C, D, dtype, seed=R + 100)
+    expected = ref.online_update_fp64(m, l, acc, s, v, base=2.0)
+    call = call_text("online_update", m, l, acc, s, v, exp=torch.exp2)
+    got = nb.online_update(m.clone(), l.clone(), acc.clone(), s.clone(), v.clone(), exp=torch.exp2)
+    if not isinstance(got, tuple) or len(got) != 3:
+        raise GradingFailure(f"{call} returned {type(got).__name__}; expected the tuple (m, l, acc)")
+    for what, g_t, e_t in zip(("m", "l", "acc"), got, expected):
+        assert_close(g_t, e_t, call + f" [{what}, base 2]", atol=OUT_ATOL[dtype], rtol=OUT_RTOL[dtype], dtype=dtype)
+
+
+@pytest.mark.ex5_2
 @pytest.mark.parametrize("block", [1, 3, 8, 50], ids=lambda b: f"block{b}")
 def test_online_update_folds_to_softmax(nb, block):
     """Folding a row's keys block by block, then acc / l, is softmax(s) @ v."""
@@ -192,6 +209,8 @@ def test_online_update_rejects_bad_shapes(nb):
     assert_raises(nb.online_update, m.squeeze(-1), l, acc, s, v, exc=ValueError, names="m")
     assert_raises(nb.online_update, m, l, acc, s, v[:, :2], exc=ValueError, names="v")
     assert_raises(nb.online_update, m, l, acc[:, :3], s, v, exc=ValueError, names="acc")
+    assert_raises(nb.online_update, m[None], l[None], acc[None], s[None], v[None], exc=ValueError, names="s")
+    assert_raises(nb.online_update, m, l, acc, s, v, exp=math.exp, exc=ValueError, names="exp")
 
 
 # -- Exercise 5.5 (part 1: full attention) ----------------------------------------------

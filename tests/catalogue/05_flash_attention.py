@@ -11,15 +11,16 @@ _check_qkv(q, k, v)
 B, H, N_q, d = q.shape
 H_kv, N_k = k.shape[1], k.shape[2]
 G = H // H_kv
+P = B * H_kv
 dtype = _acc_dtype(q.dtype)
-q_rows = q.reshape(B, H_kv, G * N_q, d).to(dtype) / math.sqrt(d)
-s = q_rows @ k.to(dtype).transpose(-1, -2)  # (B, H_kv, G*N_q, N_k): the whole score matrix
+q_rows = q.reshape(P, G * N_q, d).to(dtype) / math.sqrt(d)
+s = q_rows @ k.reshape(P, N_k, d).to(dtype).transpose(-1, -2)  # (P, G*N_q, N_k): the whole score matrix
 if causal:
-    s.view(B, H_kv, G, N_q, N_k).masked_fill_(causal_block_mask(0, N_q, 0, N_k, N_q, N_k), -math.inf)
-m = torch.full((B, H_kv, G * N_q, 1), -math.inf, dtype=dtype)
-l = torch.zeros(B, H_kv, G * N_q, 1, dtype=dtype)
-acc = torch.zeros(B, H_kv, G * N_q, d, dtype=dtype)
-m, l, acc = online_update(m, l, acc, s, v.to(dtype))
+    s.view(P, G, N_q, N_k).masked_fill_(causal_block_mask(0, N_q, 0, N_k, N_q, N_k), -math.inf)
+m = torch.full((P, G * N_q, 1), -math.inf, dtype=dtype)
+l = torch.zeros(P, G * N_q, 1, dtype=dtype)
+acc = torch.zeros(P, G * N_q, d, dtype=dtype)
+m, l, acc = online_update(m, l, acc, s, v.reshape(P, N_k, d).to(dtype))
 out, lse = finalize(m, l, acc)
 if visits is not None:  # reports the tiles a blocked loop would have computed
     for q0 in range(0, N_q, block_q):
@@ -38,17 +39,17 @@ return (e / e.sum()).to(x.dtype)
 
 BUGS = [
     # -- the list
-    Bug("running_max_wrong_shape", "5.5", "initialises m as (B, H_kv, rows), so max(m, rowmax) broadcasts to rows x rows",
-        old="m = torch.full((B, H_kv, rows, 1), -math.inf", new="m = torch.full((B, H_kv, rows), -math.inf",
+    Bug("running_max_wrong_shape", "5.5", "initialises m as (P, rows), so max(m, rowmax) broadcasts to rows x rows",
+        old="m = torch.full((P, rows, 1), -math.inf", new="m = torch.full((P, rows), -math.inf",
         tests="test_forward"),
     Bug("accumulator_not_rescaled", "5.2", "never rescales l and acc by exp(m_old - m_new) when the max grows",
-        old="alpha = torch.exp(m - m_safe)", new="alpha = torch.ones_like(m_safe)", tests="online_update"),
+        old="alpha = exp(m - m_safe)", new="alpha = torch.ones_like(m_safe)", tests="online_update"),
     Bug("l_rescaled_but_not_acc", "5.2", "rescales the running sum l but not the accumulator",
-        old="acc.mul_(alpha).add_(p @ v)", new="acc.add_(p @ v)", tests="online_update"),
+        old="acc.mul_(alpha).baddbmm_(p, v)", new="acc.baddbmm_(p, v)", tests="online_update"),
     Bug("causal_mask_off_by_one", "5.4", "masks the diagonal too (j >= i), so a query cannot see its own key",
         old="return j > i + (seq_len_k - seq_len_q)", new="return j >= i + (seq_len_k - seq_len_q)", tests="test_causal"),
     Bug("missing_inverse_sqrt_d", "5.5", "forgets the 1/sqrt(d) scale on the scores",
-        old="q_tile = (q_grouped[:, :, :, q0:q1].to(dtype) * scale)", new="q_tile = (q_grouped[:, :, :, q0:q1].to(dtype))",
+        old="scale = LOG2_E / math.sqrt(d)", new="scale = LOG2_E",
         tests="test_forward"),
     Bug("fully_masked_row_nan", "5.2", "subtracts m_new = -inf from -inf scores, so a row with no visible key is NaN",
         old="m_safe = torch.where(m_new == -math.inf, 0.0, m_new)", new="m_safe = m_new", tests="online_update"),
@@ -78,6 +79,13 @@ BUGS = [
         tests="finalize"),
     Bug("divides_by_zero_l", "5.3", "divides acc by l = 0 on a row that saw no key: 0 / 0 = NaN",
         old="out = acc / torch.where(seen, l, 1.0)", new="out = acc / l", tests="fully_masked"),
+    Bug("online_update_ignores_exp", "5.2", "always uses torch.exp, so base-2 scores from flash_attention get the wrong softmax",
+        old="p = exp(s.sub_(m_safe), out=s)", new="p = torch.exp(s.sub_(m_safe), out=s)", tests="online_update"),
+    Bug("base_2_scores_with_exp", "5.5", "folds log2(e) into the scale but passes the natural exp: softmax at the wrong temperature",
+        old="online_update(m, l, acc, s, v_tile, exp=torch.exp2)", new="online_update(m, l, acc, s, v_tile)",
+        tests="test_forward"),
+    Bug("lse_left_in_base_2", "5.5", "hands finalize the base-2 running max, so lse = m2 + ln(l) mixes two bases",
+        old="finalize(m * LN_2, l, acc)", new="finalize(m, l, acc)", tests="log_sum_exp"),
     Bug("backward_without_delta", "5.6", "drops the D = rowsum(dO * O) term from dS",
         old="ds = p * (dp - delta_tile)", new="ds = p * dp", tests="backward"),
     Bug("backward_dq_unscaled", "5.6", "forgets the 1/sqrt(d) of the scores in dQ",

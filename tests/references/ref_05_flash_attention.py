@@ -53,11 +53,11 @@ def attention_fp64(q, k, v, causal=False):
     return out, lse.squeeze(-1)
 
 
-def online_update_fp64(m, l, acc, s, v):
+def online_update_fp64(m, l, acc, s, v, base=math.e):
     """The update written from its definition, row by row, for 3-D inputs:
     m, l (P, R, 1); acc (P, R, d); s (P, R, C); v (P, C, d). The new state is the
-    running sum of exp(score - m_new) over every key seen so far plus this block.
-    A row with no visible key stays (-inf, 0, 0)."""
+    running sum of base**(score - m_new) over every key seen so far plus this block
+    (base e, or 2 for scores kept in base 2). A row with no visible key stays (-inf, 0, 0)."""
     m, l, acc, s, v = m.double(), l.double(), acc.double(), s.double(), v.double()
     new_m, new_l, new_acc = m.clone(), l.clone(), acc.clone()
     for b in range(s.shape[0]):
@@ -66,8 +66,8 @@ def online_update_fp64(m, l, acc, s, v):
             new_m[b, r, 0] = m_row
             if m_row == -math.inf:
                 continue
-            rescale = math.exp(m[b, r, 0].item() - m_row)
-            weights = torch.exp(s[b, r] - m_row)  # (C,)
+            rescale = base ** (m[b, r, 0].item() - m_row)
+            weights = base ** (s[b, r] - m_row)  # (C,)
             new_l[b, r, 0] = l[b, r, 0] * rescale + weights.sum()
             new_acc[b, r] = acc[b, r] * rescale + weights @ v[b]
     return new_m, new_l, new_acc
