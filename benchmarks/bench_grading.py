@@ -2,6 +2,8 @@
 
 - ``grade.one_submission_seconds``: wall time of ``python -m grading.batch`` on one
   complete, correct submission (every chapter that has a solution), default workers.
+- ``grade.solutions_full_marks``: the fraction of that submission's graded rows that
+  passed; the solutions graded as a student's notebooks must score 1.0.
 - ``grade.parallel_efficiency``: 8 such submissions with 1 worker, divided by twice
   the time with 2 workers (1.0: two workers halve the time).
 
@@ -37,8 +39,9 @@ def _submissions(folder: Path, count: int) -> Path:
     return subs
 
 
-def _grade(subs: Path, out: Path, workers: int) -> tuple[float, str]:
-    """Seconds for the whole command, and "" or what went wrong."""
+def _grade(subs: Path, out: Path, workers: int) -> tuple[float, str, float]:
+    """Seconds for the whole command, "" or what went wrong, and the fraction of
+    graded rows that passed (1.0: the solutions got full marks, as they must)."""
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "grading.batch", str(subs), "--out", str(out), "--workers",
                            str(workers), "--quiet"], cwd=ROOT, capture_output=True, text=True)
@@ -46,8 +49,11 @@ def _grade(subs: Path, out: Path, workers: int) -> tuple[float, str]:
     if proc.returncode != 0:  # e.g. the graders changed under it: the time means nothing
         raise RuntimeError(f"grading.batch exited with {proc.returncode}: {proc.stderr[-500:]}")
     with open(out / "gradebook.csv", newline="") as f:
-        bad = [r for r in csv.DictReader(f) if r["exercise"] and r["status"] not in ("passed", "skipped")]
-    return seconds, f"{len(bad)} rows not passed, e.g. {bad[0]['chapter']} {bad[0]['status']}" if bad else ""
+        rows = [r for r in csv.DictReader(f) if r["exercise"] and r["status"] != "skipped"]
+    bad = [r for r in rows if r["status"] != "passed"]
+    problem = f"{len(bad)} rows not passed, e.g. {bad[0]['chapter']} {bad[0]['exercise']} {bad[0]['status']}: " \
+              f"{bad[0]['message'][:80]}" if bad else ""
+    return seconds, problem, (len(rows) - len(bad)) / max(len(rows), 1)
 
 
 def run() -> list[Record]:
@@ -55,12 +61,15 @@ def run() -> list[Record]:
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
         one = _submissions(tmp, 1)
-        seconds, problem = _grade(one, tmp / "out1", os.cpu_count() or 1)
+        seconds, problem, passed = _grade(one, tmp / "out1", os.cpu_count() or 1)
         records = [Record("grade.one_submission_seconds", seconds, "s", "<= 120",
-                          note=f"{chapters} chapters, {os.cpu_count()} workers" + (f"; {problem}" if problem else ""))]
+                          note=f"{chapters} chapters, {os.cpu_count()} workers" + (f"; {problem}" if problem else "")),
+                   Record("grade.solutions_full_marks", passed, "fraction", "== 1.0",
+                          note="graded rows of solutions/, submitted as a student's, that passed" +
+                               (f"; {problem}" if problem else ""))]
         eight = _submissions(tmp, 8)
-        serial, p1 = _grade(eight, tmp / "out8w1", 1)
-        parallel, p2 = _grade(eight, tmp / "out8w2", 2)
+        serial, p1, _ = _grade(eight, tmp / "out8w1", 1)
+        parallel, p2, _ = _grade(eight, tmp / "out8w2", 2)
         notes = [f"8 submissions x {chapters} chapters: 1 worker {serial:.1f} s, 2 workers {parallel:.1f} s"]
         notes += [p for p in (p1, p2) if p]
         records.append(Record("grade.parallel_efficiency", serial / (2 * parallel), "ratio", ">= 0.8",

@@ -387,3 +387,39 @@ def test_tripwire_refuses_and_records():
     text = " | ".join(got["violations"])
     assert "stack frames" in text and "read the grader's file" in text and "wrote to /tmp/x.csv" in text
     assert "test_01_kv_memory.py" not in text
+
+
+SNAPSHOT_SCRIPT = """
+import json
+import torch
+from grading import tamper
+snap = tamper.Snapshot()
+import torch._dynamo  # wraps torch.manual_seed once, as importing transformers does
+after_torch = snap.changes()
+torch.matmul = lambda a, b: a
+print(json.dumps({"after_torch": after_torch, "after_student": snap.changes()}))
+"""
+
+
+def test_snapshot_ignores_torch_wrapping_itself_but_not_a_replacement():
+    # In a subprocess: importing torch._dynamo cannot be undone.
+    proc = subprocess.run([sys.executable, "-c", SNAPSHOT_SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["after_torch"] == []
+    assert got["after_student"] == ["replaced torch.matmul"]
+
+
+def test_model_lab_solution_graded_as_a_submission_gets_full_marks(tmp_path):
+    """Chapter 8's graders load a real model through transformers, which patches torch on
+    import; the batch grader must not mistake that for the notebook tampering."""
+    stem = "08_model_lab"
+    student = tmp_path / "subs" / "solution"
+    student.mkdir(parents=True)
+    (student / f"{stem}.ipynb").write_bytes((ROOT / "solutions" / f"{stem}.ipynb").read_bytes())
+    command = [sys.executable, "-m", "grading.batch", str(tmp_path / "subs"), "--out", str(tmp_path / "out"),
+               "--workers", "1", "--chapters", stem, "--quiet"]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [r for r in read_rows(tmp_path / "out") if r["exercise"]]
+    assert rows and all(r["status"] in ("passed", "skipped") for r in rows), rows
