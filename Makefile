@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 JOBS ?= 2
 
-.PHONY: help install book test test-graders test-book bench exercises solutions grade clean
+.PHONY: help install book test test-book bench exercises solutions grade clean
 
 help:
 	@echo "make book       install into .venv (first time) and build the HTML book into _build/html"

@@ -25,7 +25,6 @@ THREADS = int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1))
 
 def main(argv: list[str]) -> int:
     torch.manual_seed(0)
-    torch.set_num_threads(THREADS)
     modules = sorted(p.stem for p in (ROOT / "benchmarks").glob("bench_*.py"))
     if argv:
         modules = [m for m in modules if any(a in m for a in argv)]

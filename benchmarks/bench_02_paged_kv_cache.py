@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from benchmarks.records import Record, best_time
+from benchmarks.records import Record, median_ratio, paired_times
 from benchmarks.solutions import load_solutions
 
 PAGE_SIZE = 16
@@ -58,12 +58,10 @@ def _decode(sol) -> list[Record]:
     err = (paged() - dense()[:, :, 0]).abs().max().item()
     if err > 1e-4:
         raise AssertionError(f"paged and dense decode attention disagree (max abs error {err:.3g})")
-    t_dense, t_paged = [], []
-    for _ in range(3):  # alternate, so a burst of load hits both
-        t_dense.append(best_time(dense, repeat=5))
-        t_paged.append(best_time(paged, repeat=5))
-    ratio = min(t_paged) / min(t_dense)
-    note = f"paged {min(t_paged) * 1e3:.1f} ms, dense SDPA {min(t_dense) * 1e3:.1f} ms; B8 T4096 H8 Hkv2 D128 fp32"
+    t_paged, t_dense = paired_times([paged, dense], rounds=15)
+    ratio = median_ratio(t_paged, t_dense)
+    note = (f"median of 15 paired rounds; best: paged {min(t_paged) * 1e3:.1f} ms, dense SDPA {min(t_dense) * 1e3:.1f} ms; "
+            "B8 T4096 H8 Hkv2 D128 fp32")
     return [Record("paged.decode_vs_dense_cpu", ratio, "x", "<= 3.0", note=note)]
 
 

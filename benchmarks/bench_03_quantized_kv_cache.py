@@ -13,12 +13,9 @@ import torch
 
 from benchmarks.records import Record
 from benchmarks.solutions import load_solutions
+from grading.compare import relative_rms_error
 
 BATCH, HEADS, KV_HEADS, HEAD_DIM, SEQ_LEN, QUERIES = 1, 32, 8, 128, 4096, 16
-
-
-def _rel_err(got: torch.Tensor, exact: torch.Tensor) -> float:
-    return ((got.double() - exact.double()).norm() / exact.double().norm()).item()
 
 
 def run() -> list[Record]:
@@ -37,14 +34,14 @@ def run() -> list[Record]:
     int8, int4 = caches[8, 128], caches[4, 64]
     records.append(Record("quant.int8_compression", fp16_bytes / int8.nbytes(), "x", ">= 1.9",
                           note="KIVI-style INT8, group 128, fp16 scales and zero-points counted"))
-    int8_err = _rel_err(sol.attention(q, *int8.keys_values()), exact)
+    int8_err = relative_rms_error(sol.attention(q, *int8.keys_values()), exact)
     records.append(Record("quant.int8_attn_rel_err", int8_err, "rel", "<= 0.015",
                           note="keys per channel, values per token, vs attention over the fp32 cache"))
     records.append(Record("quant.int4_g64_compression", fp16_bytes / int4.nbytes(), "x", ">= 3.5",
                           note="two codes per byte, fp16 scale and zero-point per group of 64"))
     for (bits, group), cache in caches.items():
         if bits == 4:
-            err = _rel_err(sol.attention(q, *cache.keys_values()), exact)
+            err = relative_rms_error(sol.attention(q, *cache.keys_values()), exact)
             records.append(Record(f"quant.int4_g{group}_attn_rel_err", err, "rel",
                                   note="context for the INT4 compression figures"))
 
@@ -52,8 +49,8 @@ def run() -> list[Record]:
     # (groups of 64 tokens); values left exact so the ratio isolates the keys.
     per_token = sol.dequantize_asym(*sol.quantize_asym(k, 4, 64), 64)
     per_channel = sol.dequantize_keys_per_channel(*sol.quantize_keys_per_channel(k, 4, 64), 64)
-    err_token = _rel_err(sol.attention(q, per_token, v), exact)
-    err_channel = _rel_err(sol.attention(q, per_channel, v), exact)
+    err_token = relative_rms_error(sol.attention(q, per_token, v), exact)
+    err_channel = relative_rms_error(sol.attention(q, per_channel, v), exact)
     records.append(Record("quant.per_channel_key_err_gain", err_token / err_channel, "x", ">= 2",
                           note=f"attention error, per-token INT4 keys {err_token:.4f} / per-channel {err_channel:.4f}"))
     return records

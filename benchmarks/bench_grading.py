@@ -29,13 +29,13 @@ from grading.matching import discover_chapters
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _submissions(folder: Path, count: int) -> Path:
+def _submissions(folder: Path, count: int, stems: list[str]) -> Path:
     subs = folder / f"subs{count}"
     for n in range(count):
         student = subs / f"student{n:02d}"
         student.mkdir(parents=True)
-        for c in discover_chapters():
-            shutil.copyfile(ROOT / "solutions" / f"{c.stem}.ipynb", student / f"{c.stem}.ipynb")
+        for stem in stems:
+            shutil.copyfile(ROOT / "solutions" / f"{stem}.ipynb", student / f"{stem}.ipynb")
     return subs
 
 
@@ -57,17 +57,18 @@ def _grade(subs: Path, out: Path, workers: int) -> tuple[float, str, float]:
 
 
 def run() -> list[Record]:
-    chapters = len(discover_chapters())
+    stems = [c.stem for c in discover_chapters()]
+    chapters = len(stems)
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
-        one = _submissions(tmp, 1)
+        one = _submissions(tmp, 1, stems)
         seconds, problem, passed = _grade(one, tmp / "out1", os.cpu_count() or 1)
         records = [Record("grade.one_submission_seconds", seconds, "s", "<= 120",
                           note=f"{chapters} chapters, {os.cpu_count()} workers" + (f"; {problem}" if problem else "")),
                    Record("grade.solutions_full_marks", passed, "fraction", "== 1.0",
                           note="graded rows of solutions/, submitted as a student's, that passed" +
                                (f"; {problem}" if problem else ""))]
-        eight = _submissions(tmp, 8)
+        eight = _submissions(tmp, 8, stems)
         serial, p1, _ = _grade(eight, tmp / "out8w1", 1)
         parallel, p2, _ = _grade(eight, tmp / "out8w2", 2)
         notes = [f"8 submissions x {chapters} chapters: 1 worker {serial:.1f} s, 2 workers {parallel:.1f} s"]

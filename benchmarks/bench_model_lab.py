@@ -69,10 +69,10 @@ def run() -> list[Record]:
 
 
 def _bytes_per_token(cfg) -> int:
-    """Chapter 1's formula from its solution notebook (the formula written out if it is absent)."""
+    """Chapter 1's formula, from its solution notebook."""
     from modellab import adapters
 
     sol = adapters.chapter("01_kv_memory")
-    if sol is not None:
-        return sol.kv_bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, "fp16")
-    return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 2  # K and V, fp16 = 2 bytes
+    if sol is None:  # the formula written out here would equal the cache by construction: no test at all
+        raise RuntimeError("solutions/01_kv_memory.ipynb did not load: model.kv_bytes_formula_vs_actual needs it")
+    return sol.kv_bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, "fp16")

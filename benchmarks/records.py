@@ -38,22 +38,6 @@ class Record:
         return out
 
 
-def best_time(fn: Callable[[], object], *, repeat: int = 5, number: int = 1, warmup: int = 1) -> float:
-    """Minimum over ``repeat`` runs of the mean time of ``number`` calls, in seconds.
-
-    The minimum is the least noisy estimate of what the code costs on an otherwise
-    idle machine; peers and our code are timed the same way, side by side."""
-    for _ in range(warmup):
-        fn()
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - start) / number)
-    return best
-
-
 def paired_times(fns: list[Callable[[], object]], *, rounds: int = 9) -> list[list[float]]:
     """Wall times, in seconds, of several functions called in turn, round after round:
     ``times[i][r]`` is function ``i`` in round ``r``, after one warm-up call of each.

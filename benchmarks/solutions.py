@@ -15,9 +15,13 @@ from grading.loader import LoadedNotebook
 
 
 def load_solutions(stem: str) -> LoadedNotebook:
-    """``grading.load_solutions(stem)`` without the notebook's change to torch's threads."""
+    """``grading.load_solutions(stem)`` without the notebook's change to torch's threads;
+    raises if a cell of the notebook failed."""
     threads = torch.get_num_threads()
     try:
-        return _load_solutions(stem)
+        sol = _load_solutions(stem)
     finally:
         torch.set_num_threads(threads)
+    if sol.errors:  # a half-loaded notebook would time whatever happened to be defined
+        raise RuntimeError(f"solutions/{stem}.ipynb did not load: {sol.errors}")
+    return sol
