@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 EXERCISE_CELL = re.compile(r"^#\s*Exercise (\d+\.\d+)\b", re.M)
 MAX_NOTEBOOK_BYTES = 50 * 2**20
 # The modules a grading child runs (others in grading/ may change freely while we grade).
-GRADER_MODULES = ("__init__", "plugin", "loader", "compare", "catalogue", "regions", "child", "tamper")
+GRADER_MODULES = ("__init__", "plugin", "loader", "compare", "catalogue", "regions", "stubs", "isolation", "child",
+                  "tamper")
 WATCHED_PACKAGES = ("torch", "numpy", "pytest", "_pytest", "pluggy", "nbformat")
 
 
@@ -138,7 +139,7 @@ class Grader:
         """Which tests each chapter has, their exercises and points (one collect-only child)."""
         files = [str(c.test_file) for c in self.chapters] + [str(p) for ps in self.hidden.values() for p in ps]
         result = run_child({"test_files": files, "collect_only": True,
-                            "hidden_dirs": [str(self.args.extra_tests)] if self.args.extra_tests else []},
+                            "hidden_dirs": [str(d) for d in self.hidden_dirs()]},
                            timeout=max(self.args.timeout, 300), memory_mb=0, threads=1)
         plans = result.of("plan")
         if not plans or not plans[0]["tests"]:
@@ -171,7 +172,7 @@ class Grader:
         hidden_files = [str(h) for h in self.hidden.get(stem, [])]
         spec = {"chapter": stem, "test_files": [str(task.chapter.test_file), *hidden_files],
                 "notebook_files": files,
-                "hidden_dirs": [str(self.args.extra_tests)] if self.args.extra_tests else []}
+                "hidden_dirs": [str(d) for d in self.hidden_dirs()]}
         result = run_child(spec, timeout=self.args.timeout, memory_mb=self.args.memory_mb,
                            threads=self.args.threads, cuda_devices=device)
         rows = self.rows_from(s, stem, tests, result, review, notes)

@@ -102,9 +102,7 @@ class Collector:
 
     def pytest_runtest_logreport(self, report):
         entry = self.outcomes.setdefault(report.nodeid, {"outcome": "passed", "message": "", "exc_type": ""})
-        if report.when == "call" and report.skipped:
-            entry["outcome"] = "skipped"
-        elif report.when == "setup" and report.skipped:
+        if report.skipped and report.when in ("setup", "call"):
             entry["outcome"] = "skipped"
         elif report.failed and entry["outcome"] != "failed":
             entry["outcome"] = "failed"

@@ -7,7 +7,6 @@ tensors the largest error and the first element that is out of tolerance.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import torch
@@ -133,6 +132,3 @@ def assert_raises(
         raise GradingFailure(f"{call} raised {type(err).__name__}: {err}; expected {wanted}") from None
     raise GradingFailure(f"{call} returned {describe(result)}; expected it to raise {wanted}")
 
-
-def is_finite_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

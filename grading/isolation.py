@@ -88,11 +88,6 @@ SIGNAL_HINTS = {
 }
 
 
-def run_check(notebook, check: str, *args, timeout: float = 60.0, env: dict | None = None) -> CheckResult:
-    """One check, one child process."""
-    return run_checks(notebook, check, [("check", args)], timeout=timeout, env=env)["check"]
-
-
 def run_checks(notebook, check: str, cases, *, timeout: float = 60.0, env: dict | None = None) -> dict[str, CheckResult]:
     """Run ``check(nb, *args)`` for every ``(case_id, args)`` in ``cases`` on the notebook
     at ``notebook``, loaded in a child process. ``timeout`` (seconds) bounds the whole
@@ -396,7 +391,7 @@ def _child(spec_path: str) -> int:
     return 0
 
 
-__all__ = ["CheckResult", "GradingFailure", "run_check", "run_checks", "shared_batch", "signal_name"]
+__all__ = ["CheckResult", "GradingFailure", "run_checks", "shared_batch", "signal_name"]
 
 if __name__ == "__main__":
     sys.exit(_serve() if sys.argv[1] == "--serve" else _child(sys.argv[1]))

@@ -271,14 +271,13 @@ def pytest_runtest_makereport(item, call):
         ("points", points.args[0] if points else 1),
         ("exercise", _exercise(item)),
     ]
-    if call.when != "call" or report.skipped:
-        if report.failed and call.excinfo is not None and variant.kind in ("graded", "solution"):
-            report.longrepr = student_message(item, call.excinfo)
-        return report
     if variant.kind in ("graded", "solution"):
         if report.failed and call.excinfo is not None:
             report.longrepr = student_message(item, call.excinfo)
-    elif variant.kind == "stub":
+        return report
+    if call.when != "call" or report.skipped:
+        return report
+    if variant.kind == "stub":
         if report.passed:
             report.outcome = "failed"
             report.longrepr = f"{item.nodeid}: this grader passes the stub notebook in exercises/, so it asserts nothing"

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +36,6 @@ class ChildResult:
     timed_out: bool = False
     output: str = ""
     output_bytes: int = 0
-    seconds: float = 0.0
 
     def of(self, kind: str) -> list[dict]:
         return [line for line in self.lines if line.get("kind") == kind]
@@ -89,8 +87,7 @@ def kill_all():
             _kill_group(pid)
 
 
-def run_child(spec: dict, *, timeout: float, memory_mb: int, threads: int = 1, cuda_devices: str = "",
-              keep_dir: bool = False) -> ChildResult:
+def run_child(spec: dict, *, timeout: float, memory_mb: int, threads: int = 1, cuda_devices: str = "") -> ChildResult:
     """Run ``python -m grading.child`` on ``spec`` (``test_files``, ``notebooks`` files to
     copy in, ``hidden_dirs``, ``collect_only``) in a fresh temporary directory."""
     result = ChildResult()
@@ -109,7 +106,6 @@ def run_child(spec: dict, *, timeout: float, memory_mb: int, threads: int = 1, c
                 "file_size_cap": FILE_SIZE_CAP}
         spec_path = base / "spec.json"
         spec_path.write_text(json.dumps(full))
-        start = time.monotonic()
         proc = subprocess.Popen(
             [sys.executable, "-m", "grading.child", str(spec_path)],
             cwd=work, env=child_env(work, threads, cuda_devices), stdin=subprocess.DEVNULL,
@@ -131,7 +127,6 @@ def run_child(spec: dict, *, timeout: float, memory_mb: int, threads: int = 1, c
         with _live_lock:
             _live.discard(proc.pid)
         reader.join(timeout=5)
-        result.seconds = time.monotonic() - start
         result.output = b"".join(chunks).decode("utf-8", "replace")
         results = base / "results.jsonl"
         if results.exists():
@@ -141,6 +136,5 @@ def run_child(spec: dict, *, timeout: float, memory_mb: int, threads: int = 1, c
                 except json.JSONDecodeError:
                     break  # a line cut short by a crash: what came before stands
     finally:
-        if not keep_dir:
-            shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
     return result

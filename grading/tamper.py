@@ -223,11 +223,11 @@ def _probe():
     """A function for :func:`_wrapped_by_torch` to wrap, to learn what torch's wrapper looks like."""
 
 
-def borrowed_names(module: types.ModuleType, protected_prefixes=("tests",)) -> list[str]:
+def borrowed_names(module: types.ModuleType) -> list[str]:
     """Names in a notebook's namespace that come from the graders' own modules."""
     out = []
     for name, value in list(vars(module).items()):
         origin = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
-        if isinstance(origin, str) and origin.split(".")[0] in protected_prefixes:
+        if isinstance(origin, str) and origin.split(".")[0] == "tests":
             out.append(f"`{name}` comes from the graders' module {origin}")
     return out

@@ -351,10 +351,11 @@ def test_help():
     assert proc.returncode == 0 and "--extra-tests" in proc.stdout and "--resume" in proc.stdout
 
 
-def test_results_json_lines_are_plain_json():
-    # The child writes one JSON object per line; a row message survives a round trip.
-    row = gb.Row("s", STEM, "1.1", 1.5, 2, "failed", "x")
-    assert json.loads(json.dumps(row.as_csv()))["points"] == "1.5"
+def test_gradebook_points_are_written_plainly():
+    # Whole points without ".0", fractions as written, float noise rounded away.
+    assert gb.Row("s", STEM, "1.1", 1.5, 2, "failed", "x").as_csv()["points"] == "1.5"
+    assert gb.Row("s", STEM, "1.1", 2.0, 2, "passed", "").as_csv()["points"] == "2"
+    assert gb.Row("s", STEM, "1.1", 0.1 + 0.2, 2, "failed", "x").as_csv()["points"] == "0.3"
 
 
 TRIPWIRE_SCRIPT = """
