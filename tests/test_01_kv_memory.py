@@ -110,7 +110,6 @@ def test_convert_bytes_rejects_bad_input(nb, args, names):
 
 H100 = 80 * 10**9
 H200 = 141 * 10**9
-LLAMA3_70B_FP16_WEIGHTS = 141 * 10**9  # 70.6e9 parameters x 2 bytes, rounded
 BUDGET_CASES = [
     # name, device, weights, bytes/token, reserve, page_size
     ("h200-llama3-8b-fp16", H200, 16 * 10**9, 131_072, 10 * 10**9, None),

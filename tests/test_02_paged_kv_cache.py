@@ -376,16 +376,14 @@ def test_append_rejects_bad_input(nb):
 @pytest.mark.ex2_4
 @pytest.mark.points(2)
 def test_gather_scattered_pages(nb):
-    """Free and reuse pages so the block table is not in ascending order."""
+    """Free and reuse pages, which leaves the block table out of order with a LIFO free list;
+    gather must follow the table, whatever its order."""
     cache = nb.PagedKVCache(8, 3, H_KV, HEAD_DIM)
     model = ref.DenseKVModel(8, 3)
     tokens, history = Tokens(), []
     for op in [("append", 0, 7), ("append", 1, 4), ("free", 0), ("append", 1, 9), ("append", 2, 5), ("append", 1, 2)]:
         apply_op(nb, cache, model, tokens, op, history)
         check_invariants(cache, model, history, via_gather=True)
-    table = cache.block_tables[1]
-    if table == sorted(table):
-        raise GradingFailure(f"the scenario should scatter sequence 1 over pages out of order; got {table}")
 
 
 @pytest.mark.ex2_4

@@ -28,8 +28,10 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # Tolerances on outputs, scaled by max(1, max |expected|): fp32 keeps ~7 digits through the
 # online softmax; fp16/bf16 outputs are rounded once on store and p is rounded before p @ v.
 ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
-# The log-sum-exp is always fp32, computed from q k^T in fp32: only the inputs were rounded.
-LSE_ATOL = {torch.float32: 1e-5, torch.float16: 1e-4, torch.bfloat16: 1e-3}
+# The log-sum-exp is always fp32, computed from q k^T in fp32 from the same rounded inputs
+# the reference gets (fp16 measured 5e-7 under the interpreter). bf16 runs only on a GPU and
+# has not been measured there yet, so it keeps a wider bound until it is.
+LSE_ATOL = {torch.float32: 1e-5, torch.float16: 1e-5, torch.bfloat16: 1e-3}
 NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(),
                                reason="needs a CUDA GPU; on CPU these kernels are graded through TRITON_INTERPRET=1")
 
@@ -52,8 +54,8 @@ def _call(fn, *args, **kwargs):
         raise
 
 
-def _to(t, device, dtype=None):
-    return t.to(device=device, dtype=dtype or t.dtype)
+def _to(t, device):
+    return t.to(device=device)
 
 
 def _compare(got, expected, call, dtype, *, what="the result", atol_table=ATOL):

@@ -141,7 +141,7 @@ def test_full_cache_perplexity_equals_one_pass(lab):
     assert math.isclose(got, math.exp(nll), rel_tol=1e-6)
 
 
-def test_int8_cache_is_close_and_smaller(lab):
+def test_int8_cache_is_close_and_smaller():
     torch.manual_seed(0)
     make, _ = adapters.int8_cache()
     cache, dense = make(), modellab.DenseCache()
@@ -149,7 +149,9 @@ def test_int8_cache_is_close_and_smaller(lab):
     cache.append(k, v)
     dense.append(k, v)
     got_k, _ = cache.keys_values()
-    assert (got_k - k).abs().max() <= k.abs().amax(-1, keepdim=True).max() / 127
+    # Symmetric INT8 per row: rounding costs at most half a step, absmax / 254, plus the fp16
+    # rounding of the scale (2**-11 relative) carried through up to 127 codes (about 6%).
+    assert ((got_k - k).abs() <= k.abs().amax(-1, keepdim=True) / 254 * 1.07).all()
     assert cache.nbytes() < dense.nbytes() / 3
 
 

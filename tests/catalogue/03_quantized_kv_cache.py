@@ -77,3 +77,11 @@ BUGS = [
 TESTS_OF_EXERCISE = {"3.1": "int8", "3.2": "asym", "3.3": "per_channel", "3.4": "int4", "3.5": "quantized_bytes",
                      "3.6": "cache"}
 BUGS = [replace(b, tests=TESTS_OF_EXERCISE[b.exercise]) for b in BUGS]
+# The cache of 3.6 quantizes with 3.2's function; a student who writes their own can round
+# every code down and still stay within one step of the reference. Only the cache's
+# grader runs against this one, to show it rejects that on its own.
+BUGS.append(Bug("cache_rounds_codes_down", "3.2",
+                "floors (x - zero) / scale instead of rounding: every element up to a whole step low",
+                old="q = torch.round((xg - zero.float().unsqueeze(-1)) / safe).clamp(0, levels)",
+                new="q = torch.floor((xg - zero.float().unsqueeze(-1)) / safe).clamp(0, levels)",
+                tests="cache_keys_values"))
