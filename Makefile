@@ -1,9 +1,13 @@
 # Two commands for a new user: `make book` and `make test`. Everything else is optional.
 SHELL := /bin/bash
-PYTHON ?= python3.11
+# Python 3.11, 3.12 or 3.13 (the pinned torch and triton have wheels for each):
+# the first one found, or `make PYTHON=python3.13 test`.
+PYTHON ?= $(firstword $(foreach p,python3.11 python3.12 python3.13,$(if $(shell command -v $(p) 2>/dev/null),$(p))) python3)
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+# The stamp names the Python version, so switching PYTHON rebuilds .venv instead of reusing it.
+PYVER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+STAMP := $(VENV)/.installed-$(PYVER)
 JOBS ?= 2
 
 .PHONY: help install book test test-book bench exercises solutions grade clean
@@ -17,6 +21,9 @@ help:
 	@echo "make grade SUBMISSIONS=dir  grade a folder of student submissions into _build/grades"
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
+	@case "$(PYVER)" in 3.11|3.12|3.13) ;; *) echo "Python 3.11, 3.12 or 3.13 is needed; '$(PYTHON)' is '$(PYVER)'. Use make PYTHON=python3.12 ..." >&2; exit 2;; esac
+	@if [ -x $(BIN)/python ] && [ "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" != "$(PYVER)" ]; then \
+	  echo "$(VENV) was made with another Python; making it again with $(PYTHON) ($(PYVER))"; rm -rf $(VENV); fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
