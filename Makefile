@@ -2,7 +2,8 @@
 SHELL := /bin/bash
 # Python 3.11, 3.12 or 3.13 (the pinned torch and triton have wheels for each):
 # the first one found, or `make PYTHON=python3.13 test`.
-PYTHON ?= $(firstword $(foreach p,python3.11 python3.12 python3.13,$(if $(shell command -v $(p) 2>/dev/null),$(p))) python3)
+# (A pyenv shim can exist for a version that is not active, so a candidate must run.)
+PYTHON ?= $(firstword $(foreach p,python3.11 python3.12 python3.13,$(if $(shell $(p) -c '' 2>/dev/null && echo ok),$(p))) python3)
 VENV := .venv
 BIN := $(VENV)/bin
 # The stamp names the Python version, so switching PYTHON rebuilds .venv instead of reusing it.
@@ -10,7 +11,7 @@ PYVER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])
 STAMP := $(VENV)/.installed-$(PYVER)
 JOBS ?= 2
 
-.PHONY: help install book test test-book bench exercises solutions grade clean
+.PHONY: help install book test test-book test-portable-outputs bench exercises solutions grade clean
 
 help:
 	@echo "make book       install into .venv (first time) and build the HTML book into _build/html"
@@ -21,7 +22,7 @@ help:
 	@echo "make grade SUBMISSIONS=dir  grade a folder of student submissions into _build/grades"
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
-	@case "$(PYVER)" in 3.11|3.12|3.13) ;; *) echo "Python 3.11, 3.12 or 3.13 is needed; '$(PYTHON)' is '$(PYVER)'. Use make PYTHON=python3.12 ..." >&2; exit 2;; esac
+	@case "$(PYVER)" in 3.11|3.12|3.13) ;; *) echo "Python 3.11, 3.12 or 3.13 is needed; '$(PYTHON)' is $(or $(PYVER),not a Python that runs here). Name one: make PYTHON=/path/to/python3.12 ..." >&2; exit 2;; esac
 	@if [ -x $(BIN)/python ] && [ "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" != "$(PYVER)" ]; then \
 	  echo "$(VENV) was made with another Python; making it again with $(PYTHON) ($(PYVER))"; rm -rf $(VENV); fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,7 +40,19 @@ book: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m grading.stubs --check
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --prove --nbval --nbval-current-env --ignore=tests/browser tests/ solutions/
+	$(MAKE) --no-print-directory test-portable-outputs
 	$(MAKE) --no-print-directory test-book
+
+# The stored outputs of solutions/ must be the same on every reader's CPU. Replay them
+# as two other CPUs would compute: MKL (torch's BLAS) held to SSE4.2 and to AVX2, and
+# OpenBLAS (numpy's, used by the Triton interpreter) to the matching core type, on one
+# thread and on the default count. A cell that prints rounding noise fails here first.
+# OpenBLAS is only pinned to a core type this CPU can run (an unsupported one faults).
+HAS_AVX2 := $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo yes)
+PORTABLE_NBVAL := $(BIN)/python -m pytest -p no:grading -n $(JOBS) --dist loadfile --nbval --nbval-current-env -q solutions/
+test-portable-outputs: $(STAMP)
+	MKL_ENABLE_INSTRUCTIONS=SSE4_2 OPENBLAS_CORETYPE=Nehalem OMP_NUM_THREADS=1 $(PORTABLE_NBVAL)
+	MKL_ENABLE_INSTRUCTIONS=AVX2 $(if $(HAS_AVX2),OPENBLAS_CORETYPE=Haswell) $(PORTABLE_NBVAL)
 
 # The book build is a check too (warnings are errors); then a real browser opens every page.
 test-book: book

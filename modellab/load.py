@@ -13,8 +13,10 @@ Cache folder: ``$MODELLAB_CACHE`` if set, else ``<repository>/_build/modellab``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import io
 import os
 import shutil
 import tempfile
@@ -87,8 +89,12 @@ def _convert(target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = gguf_path()
-    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-    model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    # The GGUF reader draws its own tqdm bar on stderr, past transformers' logging switch.
+    # Silence it: whether a run converts depends on the machine's cache, and a notebook's
+    # stored output must not (nbval would see an extra stderr stream on a fresh checkout).
+    with contextlib.redirect_stderr(io.StringIO()):
+        tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+        model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:

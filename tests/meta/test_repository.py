@@ -82,3 +82,49 @@ def test_chapter_headings_carry_no_hand_written_numbers():
             if line.startswith("```"):
                 in_code = not in_code
             assert in_code or not numbered.match(line), f"{path.name}:{lineno}: {line!r}"
+
+
+# The stored-output policy (CONTRIBUTING.md, "Stored outputs"): nbval compares every
+# solution's outputs on every reader's CPU, so none may hold what varies by machine.
+IGNORE_OUTPUT = "NBVAL_IGNORE_OUTPUT"
+# A float printed in scientific notation below 1e-12 is rounding noise: its digits depend
+# on which BLAS kernels the CPU gets (an Intel and an AMD machine print different ones).
+ROUNDING_NOISE = re.compile(r"(?<![\w.])\d(?:\.\d+)?e-(?:1[3-9]|[2-9]\d|\d{3})\b")
+# Absolute paths name the machine the notebook ran on.
+ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:home|root|tmp|work|Users|usr|opt|var)/")
+
+
+def compared_outputs():
+    """``(notebook, cell index, output)`` for every output that nbval compares."""
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] != "code" or IGNORE_OUTPUT in "".join(cell["source"]):
+                continue
+            for output in cell.get("outputs", []):
+                yield path.name, i, output
+
+
+def output_text(output) -> str:
+    return "".join(output.get("text", "")) + "".join(output.get("data", {}).get("text/plain", ""))
+
+
+def test_stored_outputs_print_no_rounding_noise():
+    bad = [f"{name} cell {i}: {m.group(0)}" for name, i, out in compared_outputs()
+           if (m := ROUNDING_NOISE.search(output_text(out)))]
+    assert not bad, ("solution cells print rounding noise, which differs from CPU to CPU; print the claim "
+                     f"(`error < 1e-12`) instead: {bad}")
+
+
+def test_stored_outputs_hold_no_stderr_and_no_paths():
+    """stderr carries warnings and progress bars that depend on the machine's state (a cache
+    that exists or not, a library version's deprecation notice)."""
+    stderr = sorted({f"{name} cell {i}" for name, i, out in compared_outputs() if out.get("name") == "stderr"})
+    assert not stderr, f"solution cells store stderr output (warnings, progress bars): {stderr}"
+    paths = [f"{name} cell {i}: {m.group(0)}" for name, i, out in compared_outputs()
+             if (m := ABSOLUTE_PATH.search(output_text(out)))]
+    assert not paths, f"solution cells print absolute paths: {paths}"
+
+
+def test_stored_outputs_hold_no_errors():
+    errors = [f"{name} cell {i}" for name, i, out in compared_outputs() if out.get("output_type") == "error"]
+    assert not errors, f"solution cells store an error: {errors}"
