@@ -32,12 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading import gradebook as gb
+from grading.layout import EXERCISE_LINE, GRADES, ROOT, SOLUTIONS, cell_source
 from grading.matching import Chapter, Submission, discover_chapters, list_students, match_folder, unpack_zip
 from grading.loader import MAX_CAPTURED_CHARS
 from grading.runner import OUTPUT_CAP, ChildResult, kill_all, run_child
 
-ROOT = Path(__file__).resolve().parent.parent
-EXERCISE_CELL = re.compile(r"^#\s*Exercise (\d+\.\d+)\b", re.M)
 MAX_NOTEBOOK_BYTES = 50 * 2**20
 # The modules a grading child runs (others in grading/ may change freely while we grade).
 GRADER_MODULES = ("__init__", "plugin", "loader", "compare", "catalogue", "regions", "stubs", "isolation", "child",
@@ -96,8 +95,7 @@ def exercise_cells(path: Path) -> list[str] | str:
         return "the notebook has no code cells"
     ids = []
     for c in code:
-        src = c.source if isinstance(c.source, str) else "".join(c.source)
-        ids += EXERCISE_CELL.findall(src)
+        ids += [m.group(1) for line in cell_source(c).splitlines() if (m := EXERCISE_LINE.match(line))]
     return ids
 
 
@@ -150,7 +148,7 @@ class Grader:
         for c in self.chapters:
             mine = {str(c.test_file.resolve())} | {str(p.resolve()) for p in self.hidden.get(c.stem, [])}
             self.plan[c.stem] = [t for t in plans[0]["tests"] if t["path"] in mine]
-            ids = exercise_cells(ROOT / "solutions" / f"{c.stem}.ipynb")
+            ids = exercise_cells(SOLUTIONS / f"{c.stem}.ipynb")
             self.solution_ids[c.stem] = ids if isinstance(ids, list) else []
 
     def grade(self, task: Task) -> list[gb.Row]:
@@ -287,7 +285,7 @@ def parse_args(argv):
         description="Grade a folder of student submissions (each a folder of notebooks or a .zip of one): "
                     "writes gradebook.csv, one Markdown feedback file per student and needs_review.md.")
     p.add_argument("submissions", type=Path, help="folder with one entry per student (a folder or a .zip)")
-    p.add_argument("--out", type=Path, default=ROOT / "_build" / "grades",
+    p.add_argument("--out", type=Path, default=GRADES,
                    help="output folder (default: _build/grades)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="chapters graded at the same time, each in its own process (default: all cores)")

@@ -17,15 +17,13 @@ from __future__ import annotations
 import importlib.util
 import textwrap
 from dataclasses import dataclass
-from pathlib import Path
 
 import nbformat
 
+from grading.layout import CATALOGUE, cell_source
 from grading.regions import exercises_in, replace_regions
-from grading.stubs import cell_source
 
-ROOT = Path(__file__).resolve().parent.parent
-CATALOGUE_DIR = ROOT / "tests" / "catalogue"
+CATALOGUE_DIR = CATALOGUE
 
 
 @dataclass(frozen=True)

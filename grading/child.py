@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from grading.layout import ROOT
+
 
 
 def _exercise(item) -> str | None:

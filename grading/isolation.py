@@ -33,9 +33,9 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from grading.layout import ROOT
 from grading.compare import GradingFailure
 
-ROOT = Path(__file__).resolve().parent.parent
 OUTPUT_TAIL_CHARS = 3000  # enough for a faulthandler traceback, short enough to read
 
 PASSED, FAILED, NOT_IMPLEMENTED, ERROR, CRASHED, TIMEOUT, NOT_RUN = (

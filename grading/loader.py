@@ -29,7 +29,8 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
+from grading.layout import ROOT, cell_source
+
 SKIP_TAG = "skip-grading"
 MAX_CAPTURED_CHARS = 20_000  # a flood of prints must not flood the report
 STUB_PLACEHOLDER = re.compile(r"^([A-Za-z_]\w*) = \.\.\.  # (Exercise \d+\.\d+: .*)$", re.M)
@@ -152,7 +153,7 @@ def load_notebook(path, *, skip_tags=(SKIP_TAG,), module_name: str | None = None
             continue
         if set(cell.metadata.get("tags", [])) & set(skip_tags):
             continue
-        source, notes = _strip_ipython("".join(cell.source) if isinstance(cell.source, list) else cell.source)
+        source, notes = _strip_ipython(cell_source(cell))
         loaded.problems += [CellProblem(index, "skipped", n) for n in notes]
         for var, message in STUB_PLACEHOLDER.findall(source):
             loaded.placeholders[var] = message

@@ -19,8 +19,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-TEST_FILE = re.compile(r"^test_(\d\d)_(\w+)\.py$")
+from grading.layout import Chapter, discover_chapters  # noqa: F401 - discover_chapters re-exported
+
 # A zip is read, not trusted: only notebooks come out of it, and not too many bytes.
 MAX_ZIP_NOTEBOOK_BYTES = 200 * 2**20
 IGNORED_PARTS = {"__MACOSX", ".ipynb_checkpoints", ".git", "__pycache__"}
@@ -29,33 +29,6 @@ FILLER = {"copy", "of", "chapter", "ch", "exercise", "exercises", "solution", "s
           "notebook", "final", "submission", "my", "ipynb"}
 
 
-@dataclass(frozen=True)
-class Chapter:
-    stem: str  # "01_kv_memory"
-    number: int  # 1
-    test_file: Path
-
-    @property
-    def words(self) -> set[str]:
-        return set(self.stem.split("_")[1:])
-
-
-def discover_chapters(root: Path = ROOT, only: list[str] | None = None) -> list[Chapter]:
-    """Chapters with both graders and a solution notebook, in order. ``only`` keeps
-    the chapters whose stem or number is listed (``["01_kv_memory"]``, ``["1", "3"]``)."""
-    chapters = []
-    for path in sorted((root / "tests").glob("test_[0-9][0-9]_*.py")):
-        m = TEST_FILE.match(path.name)
-        if not m:
-            continue
-        stem = f"{m.group(1)}_{m.group(2)}"
-        if not (root / "solutions" / f"{stem}.ipynb").exists():
-            continue  # graders without a solution: a chapter still being written
-        chapters.append(Chapter(stem, int(m.group(1)), path))
-    if only:
-        wanted = {w.strip() for w in only if w.strip()}
-        chapters = [c for c in chapters if c.stem in wanted or str(c.number) in wanted or f"{c.number:02d}" in wanted]
-    return chapters
 
 
 def normalize(name: str) -> str:

@@ -16,7 +16,6 @@ A test asks for the fixture ``nb``: the chapter's notebook loaded as a module.
 
 from __future__ import annotations
 
-import re
 import traceback
 from collections import defaultdict
 from dataclasses import dataclass
@@ -24,17 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from grading.layout import EXERCISE_ID, ROOT, all_markers, chapter_of_test_file, exercise_of_marker
 from grading.catalogue import Bug, load_catalogue
 from grading.compare import GradingFailure
 from grading.loader import NotebookLoadError, load_notebook, read_notebook
 
-ROOT = Path(__file__).resolve().parent.parent
-TEST_FILE = re.compile(r"^test_(\d\d_\w+)\.py$")
-EXERCISE_MARK = re.compile(r"^ex(\d+)_(\d+)$")
-# Markers exist for every chapter whose grader file exists (and for chapters a hidden
-# test may add): a chapter number is two digits, so 99 chapters of 30 exercises each.
-MAX_CHAPTERS, MAX_EXERCISES = 99, 30
-STUB_MESSAGE = re.compile(r"Exercise (\d+\.\d+)")
 
 
 @dataclass(frozen=True)
@@ -48,8 +41,8 @@ class Variant:
 
 
 def chapter_stem(path) -> str | None:
-    m = TEST_FILE.match(Path(str(path)).name)
-    return m.group(1) if m else None
+    chapter = chapter_of_test_file(path)
+    return chapter.stem if chapter else None
 
 
 def pytest_addoption(parser):
@@ -63,9 +56,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "points(n): what the test is worth (default 1)")
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped with the reason otherwise")
-    for c in range(1, MAX_CHAPTERS + 1):
-        for e in range(1, MAX_EXERCISES + 1):
-            config.addinivalue_line("markers", f"ex{c}_{e}: grades exercise {c}.{e}")
+    for name in all_markers():
+        config.addinivalue_line("markers", f"{name}: grades exercise {exercise_of_marker(name)}")
     config._grading = GradingState(config)
     config.pluginmanager.register(config._grading, "grading-state")
 
@@ -230,9 +222,9 @@ def _variant(item) -> Variant | None:
 
 def _exercise(item) -> str | None:
     for mark in item.iter_markers():
-        m = EXERCISE_MARK.match(mark.name)
-        if m:
-            return f"{m.group(1)}.{m.group(2)}"
+        exercise = exercise_of_marker(mark.name)
+        if exercise:
+            return exercise
     return None
 
 
@@ -242,7 +234,7 @@ def student_message(item, excinfo) -> str:
     exercise = _exercise(item)
     label = f"Exercise {exercise}" if exercise else item.name
     if isinstance(exc, NotImplementedError):
-        m = STUB_MESSAGE.search(str(exc))
+        m = EXERCISE_ID.search(str(exc))
         return f"{'Exercise ' + m.group(1) if m else label} not implemented yet ({exc})"
     if isinstance(exc, GradingFailure):
         return f"{label}: {exc}"

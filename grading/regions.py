@@ -21,9 +21,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from grading.layout import EXERCISE_LINE
+
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
-EXERCISE_LINE = re.compile(r"^\s*#\s*Exercise\s+(\d+\.\d+)\s*:\s*(.+?)\s*$")
 ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z_0-9]*)\s*(?::[^=]+)?=(?!=)")
 
 

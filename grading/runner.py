@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+
 _live: set[int] = set()  # process groups of the children running now (killed on Ctrl-C)
 _live_lock = threading.Lock()
 OUTPUT_CAP = 64 * 1024  # bytes of a child's stdout+stderr that are kept

@@ -15,15 +15,10 @@ from pathlib import Path
 
 import nbformat
 
+from grading.layout import ROOT, cell_source
 from grading.regions import replace_regions, stub_lines
 
-ROOT = Path(__file__).resolve().parent.parent
 NB_VERSION = 4
-
-
-def cell_source(cell) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
 
 
 def make_stub(solution: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:

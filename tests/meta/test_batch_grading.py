@@ -299,8 +299,7 @@ def test_resume_regrades_only_what_is_not_done_and_deterministically(graded):
 
 
 # -- pieces, without subprocesses ---------------------------------------------------------------
-CHAPTERS = [Chapter("01_kv_memory", 1, Path("t1")), Chapter("02_paged_attention", 2, Path("t2")),
-            Chapter("03_flash_attention", 3, Path("t3"))]
+CHAPTERS = [Chapter("01_kv_memory", 1), Chapter("02_paged_attention", 2), Chapter("03_flash_attention", 3)]
 
 
 @pytest.mark.parametrize("name,stem", [
