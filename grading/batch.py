@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading import gradebook as gb
+from grading import sandbox
 from grading.layout import EXERCISE_LINE, GRADES, ROOT, SOLUTIONS, cell_source
 from grading.matching import Chapter, Submission, discover_chapters, list_students, match_folder, unpack_zip
 from grading.loader import MAX_CAPTURED_CHARS
@@ -39,8 +40,8 @@ from grading.runner import OUTPUT_CAP, ChildResult, kill_all, run_child
 
 MAX_NOTEBOOK_BYTES = 50 * 2**20
 # The modules a grading child runs (others in grading/ may change freely while we grade).
-GRADER_MODULES = ("__init__", "plugin", "loader", "compare", "catalogue", "regions", "stubs", "isolation", "child",
-                  "tamper")
+GRADER_MODULES = ("__init__", "layout", "outcome", "plugin", "loader", "compare", "catalogue", "regions", "stubs",
+                  "isolation", "runner", "sandbox", "child", "tamper")
 WATCHED_PACKAGES = ("torch", "numpy", "pytest", "_pytest", "pluggy", "nbformat")
 
 
@@ -120,6 +121,30 @@ def structure_review(student_ids: list[str], solution_ids: list[str]) -> tuple[d
     return review, notes
 
 
+def stream_problems(r: ChildResult, planned: set[str]) -> list[str]:
+    """What in a child's outcome lines could not come from one honest grading process:
+    a test reported twice (the process was forked, or lines were forged), a test that
+    was never planned, or lines after the end. Any of these voids the chapter."""
+    problems, seen, done = [], set(), False
+    for line in r.lines:
+        if done:
+            problems.append("outcome lines arrived after the grading process said it was done")
+            break
+        if line.get("kind") == "done":
+            done = True
+        elif line.get("kind") == "test":
+            nodeid = line.get("nodeid")
+            if nodeid in seen:
+                problems.append(f"a test was reported twice ({nodeid}): the grading process was forked "
+                                "or its results were written by the notebook")
+                break
+            if nodeid not in planned:
+                problems.append(f"an unknown test was reported ({str(nodeid)[:80]})")
+                break
+            seen.add(nodeid)
+    return problems
+
+
 # -- one task -------------------------------------------------------------------------------
 class Grader:
     def __init__(self, args, chapters: list[Chapter], hidden: dict[str, list[Path]]):
@@ -135,10 +160,10 @@ class Grader:
 
     def collect_plan(self):
         """Which tests each chapter has, their exercises and points (one collect-only child)."""
-        files = [str(c.test_file) for c in self.chapters] + [str(p) for ps in self.hidden.values() for p in ps]
-        result = run_child({"test_files": files, "collect_only": True,
-                            "hidden_dirs": [str(d) for d in self.hidden_dirs()]},
-                           timeout=max(self.args.timeout, 300), memory_mb=0, threads=1)
+        files = [str(c.test_file) for c in self.chapters]
+        hidden = [str(p) for ps in self.hidden.values() for p in ps]
+        result = run_child({"test_files": files, "hidden_files": hidden, "collect_only": True},
+                           timeout=max(self.args.timeout, 300), memory_mb=0, threads=1, hide=self.hide)
         plans = result.of("plan")
         if not plans or not plans[0]["tests"]:
             raise SystemExit("could not collect the graders:\n" + result.output[-3000:])
@@ -146,7 +171,7 @@ class Grader:
         if errors:
             raise SystemExit("the graders do not import:\n" + errors[0]["message"])
         for c in self.chapters:
-            mine = {str(c.test_file.resolve())} | {str(p.resolve()) for p in self.hidden.get(c.stem, [])}
+            mine = {str(c.test_file.resolve())} | {f"hidden/{p.name}" for p in self.hidden.get(c.stem, [])}
             self.plan[c.stem] = [t for t in plans[0]["tests"] if t["path"] in mine]
             ids = exercise_cells(SOLUTIONS / f"{c.stem}.ipynb")
             self.solution_ids[c.stem] = ids if isinstance(ids, list) else []
@@ -167,12 +192,10 @@ class Grader:
             files.setdefault(f"{hidden_stem}.ipynb", str(task.notebook))
         with self.device_lock:
             device = next(self.devices)
-        hidden_files = [str(h) for h in self.hidden.get(stem, [])]
-        spec = {"chapter": stem, "test_files": [str(task.chapter.test_file), *hidden_files],
-                "notebook_files": files,
-                "hidden_dirs": [str(d) for d in self.hidden_dirs()]}
+        spec = {"chapter": stem, "test_files": [str(task.chapter.test_file)],
+                "hidden_files": [str(h) for h in self.hidden.get(stem, [])], "notebook_files": files}
         result = run_child(spec, timeout=self.args.timeout, memory_mb=self.args.memory_mb,
-                           threads=self.args.threads, cuda_devices=device)
+                           threads=self.args.threads, cuda_devices=device, hide=self.hide)
         rows = self.rows_from(s, stem, tests, result, review, notes)
         now = fingerprint(self.chapters, [p for ps in self.hidden.values() for p in ps])
         # Files that appeared since are ignored: nothing imports them.
@@ -183,8 +206,11 @@ class Grader:
                                 f"while this chapter was graded: {', '.join(Path(c).name for c in changed[:5])}")
         return rows
 
-    def hidden_dirs(self) -> list[Path]:
-        return [self.args.extra_tests] if self.args.extra_tests else []
+    @property
+    def hide(self) -> list[Path]:
+        """What a sandboxed child must not see: the gradebook, the class's submissions
+        (another student's notebook), the hidden tests' folder."""
+        return [p for p in (self.args.out, self.args.submissions.resolve(), self.args.extra_tests) if p]
 
     def rows_from(self, s: str, stem: str, tests: list[dict], r: ChildResult, review: dict,
                   notes: list[str]) -> list[gb.Row]:
@@ -193,6 +219,7 @@ class Grader:
             return gb.zero_rows(s, stem, tests, gb.TIMED_OUT,
                                 f"grading this chapter took longer than {self.args.timeout:g} s and was stopped")
         tamper = [v for line in r.of("tamper") for v in line["violations"]]
+        tamper += stream_problems(r, {t["nodeid"] for t in tests})
         if tamper:
             return gb.zero_rows(s, stem, tests, gb.TAMPERED, "; ".join(tamper)[:gb.MESSAGE_CHARS])
         if not r.finished:
@@ -323,6 +350,9 @@ def main(argv=None) -> int:
     hidden = hidden_tests(args.extra_tests, chapters)
     grader = Grader(args, chapters, hidden)
     book = gb.Gradebook(args.out, args.resume)
+    box = sandbox.status()
+    if not box.sandboxed or not args.quiet:
+        print(box.line if box.sandboxed else f"WARNING: {box.line}", file=sys.stderr)
     if not args.quiet:
         print(f"grading {', '.join(c.stem for c in chapters)} for the entries of {args.submissions} "
               f"({args.workers} workers, {args.timeout:g} s and {args.memory_mb} MB per chapter)", file=sys.stderr)
@@ -377,7 +407,7 @@ def main(argv=None) -> int:
     book.finish()
     for student, _ in students:
         gb.write_feedback(args.out, student, book.student_rows(student))
-    review = gb.write_review_list(args.out, book.rows)
+    review = gb.write_review_list(args.out, book.rows, sandbox.status().line)
     flagged = sum(r.status in gb.FOR_REVIEW for r in book.rows)
     if not args.quiet:
         print(f"wrote {book.path}, {len(students)} feedback files in {args.out / 'feedback'} and {review} "

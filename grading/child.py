@@ -1,10 +1,10 @@
 """The grading child: one student's chapter, in a process of its own.
 
-``python -m grading.child SPEC.json`` is started by :mod:`grading.runner` inside a
-temporary directory, under a memory limit and a wall-clock timeout. It runs pytest
-on the chapter's graders with ``--notebooks <the student's notebook folder>`` and
-writes what happened, one JSON object per line, to the results file the parent
-named (opened before any student code runs, so the notebook cannot open it):
+``python -m grading.child --results-fd N`` is started by :mod:`grading.runner` inside the
+sandbox, in a temporary directory, under resource limits and a wall-clock timeout. It
+reads its spec as one JSON object on stdin, runs pytest on the chapter's graders with
+``--notebooks <the student's notebook folder>`` and writes what happened, one JSON object
+per line, to file descriptor N (a pipe the parent made; no path leads to it):
 
     {"kind": "plan", "tests": [...]}      every test: exercise, points, hidden or not
     {"kind": "test", ...}                 one per test, as soon as it has run
@@ -13,13 +13,17 @@ named (opened before any student code runs, so the notebook cannot open it):
     {"kind": "done"}
 
 A child that dies leaves the lines it wrote; the parent reads them and the exit
-status. ``--collect`` writes only the plan (no notebook is loaded).
+status. ``collect_only`` writes only the plan (no notebook is loaded). Hidden tests
+arrive as copies in the work folder and are deleted as soon as pytest has imported
+them, before the notebook loads: a submission finds no file to read them from.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -56,11 +60,20 @@ class Collector:
     def __init__(self, out, hidden_dirs: list[Path], wire=None, chapter: str = ""):
         self.out = out
         self.chapter = chapter
-        self.hidden_dirs = [str(p.resolve()) for p in hidden_dirs]
+        self.hidden_dirs = [str(p.resolve()) for p in hidden_dirs if str(p)]
+        # Hidden tests run from a temporary copy; their ids must not name it, so that the
+        # plan (one child) and the outcomes (another) agree: "hidden/test_01_x.py::test_y".
+        self.hidden_names = {f.name for d in hidden_dirs if str(d) and Path(d).is_dir() for f in Path(d).iterdir()}
         self.wire = wire
         self.snapshot = None
         self.outcomes: dict[str, dict] = {}
         self.hidden_modules: dict[str, object] = {}
+
+    def stable(self, nodeid: str) -> str:
+        file, sep, rest = nodeid.partition("::")
+        if Path(file).name in self.hidden_names and not file.startswith("tests/"):
+            return f"hidden/{Path(file).name}{sep}{rest}"
+        return nodeid
 
     def emit(self, obj: dict):
         self.out.write(json.dumps(obj, sort_keys=True) + "\n")
@@ -72,9 +85,11 @@ class Collector:
     def _test(self, item) -> dict:
         function = item.originalname if hasattr(item, "originalname") else item.name.split("[")[0]
         points = item.get_closest_marker("points")
-        return {"nodeid": item.nodeid, "path": str(Path(str(item.path)).resolve()), "function": function,
+        hidden = self._hidden(item.path)
+        path = f"hidden/{Path(str(item.path)).name}" if hidden else str(Path(str(item.path)).resolve())
+        return {"nodeid": self.stable(item.nodeid), "path": path, "function": function,
                 "exercise": _exercise(item), "points": points.args[0] if points else 1,
-                "hidden": self._hidden(item.path), "skip": _skipped_here(item)}
+                "hidden": hidden, "skip": _skipped_here(item)}
 
     def pytest_collection_finish(self, session):
         self.emit({"kind": "plan", "tests": [self._test(i) for i in session.items],
@@ -83,6 +98,8 @@ class Collector:
             return
         from grading import tamper
 
+        for folder in self.hidden_dirs:
+            shutil.rmtree(folder, ignore_errors=True)  # imported already; nothing left to read
         self.snapshot = tamper.Snapshot()
         # The graders are imported; take them out of sys.modules so a notebook cannot
         # `import tests.references...` without reading the file (which the tripwire refuses).
@@ -98,19 +115,22 @@ class Collector:
 
     def pytest_runtest_makereport(self, item, call):
         if call.excinfo is not None and call.when == "call":
-            self.outcomes.setdefault(item.nodeid, {"outcome": "passed", "message": "", "exc_type": ""})[
+            self.outcomes.setdefault(self.stable(item.nodeid), {"outcome": "passed", "message": "", "exc_type": ""})[
                 "exc_type"] = call.excinfo.typename
 
     def pytest_runtest_logreport(self, report):
-        entry = self.outcomes.setdefault(report.nodeid, {"outcome": "passed", "message": "", "exc_type": ""})
+        nodeid = self.stable(report.nodeid)
+        entry = self.outcomes.setdefault(nodeid, {"outcome": "passed", "message": "", "exc_type": ""})
         if report.skipped and report.when in ("setup", "call"):
             entry["outcome"] = "skipped"
         elif report.failed and entry["outcome"] != "failed":
             entry["outcome"] = "failed"
             entry["message"] = str(report.longrepr)[:4000]
             entry["when"] = report.when
+            # Decided by the plugin from the exception; a fixture or setup error is an error.
+            entry["status"] = dict(report.user_properties).get("status", "error")
         if report.when == "teardown":
-            self.emit({"kind": "test", "nodeid": report.nodeid, **entry})
+            self.emit({"kind": "test", "nodeid": nodeid, **entry})
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session):
@@ -145,10 +165,22 @@ class Collector:
 
 def apply_limits(spec: dict):
     """Memory (``RLIMIT_AS``; ``RLIMIT_DATA`` when a GPU is visible, because CUDA reserves
-    far more address space than it uses), file size, no core dumps."""
+    far more address space than it uses), file size, CPU seconds, processes (threads
+    count too; the kernel applies it to any user but root, which is why a root-run batch
+    drops to ``nobody`` in the sandbox), open files, no core dumps. Limits only go down:
+    a limit the parent already set lower is kept."""
     import resource
 
+    def lower(which, value):
+        soft, hard = resource.getrlimit(which)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(which, (value, value))
+
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for key, which in (("cpu_seconds", resource.RLIMIT_CPU), ("max_processes", resource.RLIMIT_NPROC),
+                       ("max_open_files", resource.RLIMIT_NOFILE)):
+        if int(spec.get(key, 0)) > 0:
+            lower(which, int(spec[key]))
     cap = int(spec.get("file_size_cap", 0))
     if cap > 0:
         resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
@@ -159,10 +191,14 @@ def apply_limits(spec: dict):
 
 
 def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[0]).read_text())
+    parser = argparse.ArgumentParser(prog="python -m grading.child")
+    parser.add_argument("--results-fd", type=int, required=True, help="where the outcome lines go")
+    options = parser.parse_args(argv)
+    out = os.fdopen(options.results_fd, "w", encoding="utf-8")  # before any student code runs
+    spec = json.loads(sys.stdin.read())
+    sys.stdin.close()
     apply_limits(spec)
     collect_only = spec.get("collect_only", False)
-    out = open(spec["results"], "w", encoding="utf-8")  # before any student code runs
     os.chdir(spec["work_dir"])
     import torch
 
@@ -172,9 +208,10 @@ def main(argv: list[str]) -> int:
     if not collect_only:
         from grading import tamper
 
-        protected = [ROOT / "tests", ROOT / "solutions"] + [Path(d) for d in spec.get("hidden_dirs", [])]
+        protected = [ROOT / "tests", ROOT / "solutions"] + ([Path(spec["hidden_dir"])] if spec.get("hidden_dir") else [])
         wire = tamper.install(Path(spec["work_dir"]), protected)
-    collector = Collector(out, [Path(d) for d in spec.get("hidden_dirs", [])], wire, spec.get("chapter", ""))
+    hidden = [Path(spec["hidden_dir"])] if spec.get("hidden_dir") else []
+    collector = Collector(out, hidden, wire, spec.get("chapter", ""))
     args = [*spec["test_files"], "--notebooks", spec["notebooks"], "--rootdir", str(ROOT),
             "-c", str(ROOT / "pytest.ini"), "-q", "--no-header", "-o", "timeout=0",
             "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:nbval", "-p", "no:anyio",

@@ -13,21 +13,20 @@ from __future__ import annotations
 import csv
 import os
 import re
-import signal
 import threading
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from grading.outcome import FOR_REVIEW, Status, describe_signal, earned
+
 FIELDS = ["student", "chapter", "exercise", "points", "max_points", "status", "message"]
-PASSED, FAILED, NOT_ATTEMPTED, ERROR = "passed", "failed", "not attempted", "error"
-TIMED_OUT, MEMORY, CRASHED, TAMPERED = "timed out", "memory limit", "crashed", "tampered"
-REVIEW, MISSING, SKIPPED, NOTE = "needs review", "missing", "skipped", "note"
-# Statuses that want a human look (written to needs_review.md).
-FOR_REVIEW = (TIMED_OUT, MEMORY, CRASHED, TAMPERED, REVIEW)
+PASSED, FAILED, NOT_ATTEMPTED, ERROR = Status.PASSED, Status.FAILED, Status.NOT_ATTEMPTED, Status.ERROR
+TIMED_OUT, MEMORY, CRASHED, TAMPERED = Status.TIMED_OUT, Status.MEMORY, Status.CRASHED, Status.TAMPERED
+REVIEW, MISSING, SKIPPED, NOTE = Status.REVIEW, Status.MISSING, Status.SKIPPED, Status.NOTE
+# A process that died of memory leaves only words in its output (no exception to classify).
 MEMORY_WORDS = re.compile(r"MemoryError|can't allocate memory|DefaultCPUAllocator|std::bad_alloc|"
                           r"Cannot allocate memory|out of memory", re.I)
-NOT_IMPLEMENTED = re.compile(r"not implemented yet|NotImplemented")
 MESSAGE_CHARS = 400
 
 
@@ -75,22 +74,10 @@ def exercise_order(label: str) -> tuple:
     return (0, int(m.group(1)), int(m.group(2)), label) if m else (1 if label else -1, 0, 0, label)
 
 
-def signal_text(returncode: int) -> str:
-    try:
-        return f"signal {-returncode} ({signal.Signals(-returncode).name})"
-    except ValueError:
-        return f"signal {-returncode}"
-
-
 def crash_text(returncode: int | None) -> str:
     """Why a child ended before grading finished, with the likely cause."""
     if returncode is not None and returncode < 0:
-        hint = {signal.SIGSEGV: "native code read bad memory (an unmasked Triton load, ctypes)",
-                signal.SIGBUS: "native code read bad memory",
-                signal.SIGABRT: "native code aborted (a failed assertion in a C++ extension?)",
-                signal.SIGKILL: "killed from outside, or by the kernel's out-of-memory killer",
-                signal.SIGFPE: "native code divided by zero"}.get(-returncode, "")
-        return f"the grading process was killed by {signal_text(returncode)}" + (f": {hint}" if hint else "")
+        return f"the grading process was killed by {describe_signal(-returncode)}"
     return (f"the grading process exited with code {returncode} before grading finished "
             "(os._exit() or sys.exit() where the grader cannot catch it?)")
 
@@ -126,7 +113,7 @@ def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[st
     review = review or {}
     rows = []
     for label, functions in group_plan(tests).items():
-        earned = possible = 0.0
+        points = possible = 0.0
         failures: list[dict] = []
         failed_names: list[str] = []
         passed_any = False
@@ -146,7 +133,7 @@ def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[st
                     if function not in failed_names:
                         failed_names.append(function)
             if graded:
-                earned += fn["points"] * passed / graded
+                points += earned(fn["points"], passed, graded)
                 possible += fn["points"]
                 passed_any = passed_any or passed > 0
         hidden = label.endswith(" hidden")
@@ -155,16 +142,16 @@ def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[st
             rows.append(Row(student, chapter, label, 0, 0, SKIPPED, "every test was skipped here (needs a GPU?)"))
             continue
         if not failures:
-            rows.append(Row(student, chapter, label, earned, possible, PASSED, ""))
+            rows.append(Row(student, chapter, label, points, possible, PASSED, ""))
             continue
         if hidden:
             # Names only: the source and the assertion of a hidden test stay private.
             message = "failed hidden tests: " + ", ".join(failed_names)
         else:
             message = re.sub(rf"^Exercise {re.escape(exercise)}:? ", "", one_line(failures[0]["message"]))
-        not_impl = all(NOT_IMPLEMENTED.search(f["message"]) or "NotImplemented" in f.get("exc_type", "")
-                       for f in failures)
-        memory = any(MEMORY_WORDS.search(f["message"]) for f in failures)
+        # Each failing test's status was decided in the grading process from its exception.
+        not_impl = all(f.get("status") == NOT_ATTEMPTED for f in failures)
+        memory = any(f.get("status") == MEMORY for f in failures)
         if memory or memory_note:
             status = MEMORY
             message = f"{memory_note}; {message}" if memory_note else message
@@ -173,13 +160,13 @@ def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[st
         elif exercise in review:
             status = REVIEW
             message = f"{review[exercise]}; {message}"
-        elif passed_any or any(f.get("exc_type") in ("GradingFailure", "AssertionError") for f in failures):
+        elif passed_any or any(f.get("status") == FAILED for f in failures):
             status = FAILED
         else:
             status = ERROR
         if len(failures) > 1 and not hidden and status != NOT_ATTEMPTED:
             message += f" (and {len(failures) - 1} more failing case{'s' if len(failures) > 2 else ''})"
-        rows.append(Row(student, chapter, label, earned, possible, status, message))
+        rows.append(Row(student, chapter, label, points, possible, status, message))
     return rows
 
 
@@ -305,13 +292,17 @@ def write_feedback(out: Path, student: str, rows: list[Row]) -> Path:
     return path
 
 
-def write_review_list(out: Path, rows: list[Row]) -> Path:
+def write_review_list(out: Path, rows: list[Row], sandbox_line: str = "") -> Path:
+    """``needs_review.md``: every row that wants a human look, and how the children were
+    isolated (a run without the sandbox says so at the top, where it cannot be missed)."""
     path = out / "needs_review.md"
     flagged: dict[tuple, list[str]] = {}
     for r in rows:
         if r.status in FOR_REVIEW:  # one line for a chapter whose exercises share one reason
             flagged.setdefault((r.student, r.chapter, r.status, r.message), []).append(r.exercise)
     lines = ["# Needs a human look", ""]
+    if sandbox_line:
+        lines += [f"**{sandbox_line}**" if sandbox_line.startswith("sandbox: none") else sandbox_line, ""]
     if not flagged:
         lines.append("Nothing: every chapter was graded normally.")
     for (student, chapter, status, message), exercises in flagged.items():

@@ -24,7 +24,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,17 +34,20 @@ from pathlib import Path
 
 from grading.layout import ROOT
 from grading.compare import GradingFailure
+from grading.outcome import Status, describe_signal, signal_name
+from grading.runner import kill_group
 
 OUTPUT_TAIL_CHARS = 3000  # enough for a faulthandler traceback, short enough to read
 
-PASSED, FAILED, NOT_IMPLEMENTED, ERROR, CRASHED, TIMEOUT, NOT_RUN = (
-    "passed", "failed", "not implemented", "error", "crashed", "timeout", "not run")
+# The statuses of grading.outcome, so a kernel check and a batch row speak one language.
+PASSED, FAILED, NOT_IMPLEMENTED, ERROR = Status.PASSED, Status.FAILED, Status.NOT_ATTEMPTED, Status.ERROR
+CRASHED, TIMEOUT, NOT_RUN = Status.CRASHED, Status.TIMED_OUT, Status.NOT_RUN
 
 
 @dataclass
 class CheckResult:
     case: str
-    status: str  # one of PASSED, FAILED, NOT_IMPLEMENTED, ERROR, CRASHED, TIMEOUT, NOT_RUN
+    status: Status  # PASSED, FAILED, NOT_ATTEMPTED, ERROR, CRASHED, TIMED_OUT or NOT_RUN
     message: str = ""
     signal: int | None = None  # the signal that killed the child, for CRASHED
     output: str = ""  # tail of the child's stdout and stderr, for CRASHED and TIMEOUT
@@ -69,23 +71,6 @@ class CheckResult:
 
 def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line for line in text.rstrip().splitlines())
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-SIGNAL_HINTS = {
-    "SIGSEGV": "a segmentation fault: memory outside every tensor was read or written "
-               "(under TRITON_INTERPRET=1 the usual cause is a tl.load or tl.store without a mask)",
-    "SIGBUS": "a bus error: a misaligned or unmapped memory access",
-    "SIGABRT": "the process aborted (a failed C-level assertion)",
-    "SIGKILL": "the process was killed (often: out of memory)",
-    "SIGFPE": "an arithmetic fault (integer division by zero in native code)",
-}
 
 
 def run_checks(notebook, check: str, cases, *, timeout: float = 60.0, env: dict | None = None) -> dict[str, CheckResult]:
@@ -131,7 +116,7 @@ def _one_child(notebook: Path, check: str, cases, limit: float, env: dict, timeo
         if record["status"] == "started":
             started = record["case"]
         else:
-            done[record["case"]] = CheckResult(record["case"], record["status"], record["message"])
+            done[record["case"]] = CheckResult(record["case"], Status(record["status"]), record["message"])
             started = None
     rest = [(cid, args) for cid, args in cases if cid not in done]
     if not rest:
@@ -153,8 +138,7 @@ def _one_child(notebook: Path, check: str, cases, limit: float, env: dict, timeo
                 done[cid] = CheckResult(cid, NOT_RUN, f"not run: an earlier case of `{check}` timed out")
         return done, []
     if code < 0:
-        name = signal_name(-code)
-        message = f"{culprit}: the process was killed by {name}: {SIGNAL_HINTS.get(name, 'a fatal signal')}"
+        message = f"{culprit}: the process was killed by {describe_signal(-code)}"
         message += _notebook_frame(full, notebook)
         done[culprit] = CheckResult(culprit, CRASHED, message, signal=-code, output=tail)
     else:
@@ -201,7 +185,7 @@ def shared_batch(key: str, compute) -> dict[str, CheckResult]:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, even if compute() raises
         done = stem.with_suffix(".json")
         if done.exists():
-            results = {cid: CheckResult(**r) for cid, r in json.loads(done.read_text()).items()}
+            results = {cid: CheckResult(**{**r, "status": Status(r["status"])}) for cid, r in json.loads(done.read_text()).items()}
         else:
             results = compute()
             done.write_text(json.dumps({cid: vars(r) for cid, r in results.items()}))
@@ -254,10 +238,7 @@ class _ForkServer:
         answer = self._line(time.monotonic() + limit)
         if answer is not None:
             return int(answer.split()[1]), False
-        try:
-            os.killpg(pid, signal.SIGKILL)  # the child leads its own process group
-        except ProcessLookupError:
-            pass
+        kill_group(pid)  # the child leads its own process group
         return int(self._line(None).split()[1]), True
 
 
@@ -348,7 +329,7 @@ def _launch(spec_path: Path, output_path: Path, env: dict, limit: float, overrid
         try:
             return child.wait(timeout=limit), False
         except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)  # the child's whole group: it may have started workers
+            kill_group(child.pid)  # the child's whole group: it may have started workers
             return child.wait(), True
 
 

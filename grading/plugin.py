@@ -25,6 +25,7 @@ import pytest
 
 from grading.layout import EXERCISE_ID, ROOT, all_markers, chapter_of_test_file, exercise_of_marker
 from grading.catalogue import Bug, load_catalogue
+from grading.outcome import classify, earned
 from grading.compare import GradingFailure
 from grading.loader import NotebookLoadError, load_notebook, read_notebook
 
@@ -149,7 +150,7 @@ class GradingState:
             if graded == 0:
                 entry[2] += 1
                 continue
-            entry[0] += points * passed / graded
+            entry[0] += earned(points, passed, graded)
             entry[1] += points
         return {k: tuple(v) for k, v in out.items()}
 
@@ -162,11 +163,11 @@ class GradingState:
         if chapters:
             tr.section("points")
             total = [0.0, 0]
-            for stem, (earned, possible, skipped) in sorted(chapters.items()):
-                total[0] += earned
+            for stem, (got, possible, skipped) in sorted(chapters.items()):
+                total[0] += got
                 total[1] += possible
                 note = f"  ({skipped} test(s) skipped, not counted)" if skipped else ""
-                tr.write_line(f"{stem:<28} {earned:>6.1f} / {possible:<4}{note}")
+                tr.write_line(f"{stem:<28} {got:>6.1f} / {possible:<4}{note}")
             tr.write_line(f"{'total':<28} {total[0]:>6.1f} / {total[1]:<4}")
         if self.config.getoption("prove"):
             tr.section("grader proof")
@@ -268,6 +269,7 @@ def pytest_runtest_makereport(item, call):
     if variant.kind in ("graded", "solution"):
         if report.failed and call.excinfo is not None:
             report.longrepr = student_message(item, call.excinfo)
+            report.user_properties.append(("status", classify(call.excinfo.value).value))
         return report
     if call.when != "call" or report.skipped:
         return report

@@ -1,16 +1,22 @@
-"""Start one grading child (:mod:`grading.child`) and survive whatever it does.
+"""Start one grading child (:mod:`grading.child`) in the sandbox and survive whatever it does.
 
-Each child gets a fresh temporary directory (its working directory, ``HOME`` and
-``TMPDIR``), a memory limit, a file-size limit and no core dumps (set by the child
-itself before any student code runs, see :func:`grading.child.apply_limits`), its
-own process group (so a timeout kills whatever it started too),
-``CUDA_VISIBLE_DEVICES`` and one thread per math library unless told otherwise.
-Its stdout and stderr are read as they come and kept up to a cap; the rest is
+The child runs inside :mod:`grading.sandbox` (bubblewrap) when this machine allows it,
+as a plain child process otherwise. Either way it gets a fresh temporary directory (its
+working directory, ``HOME`` and ``TMPDIR``, the only place it may write), resource limits
+it sets on itself before any student code runs (:func:`grading.child.apply_limits`), its
+own session and process group (so a timeout kills whatever it started), and one thread
+per math library unless told otherwise.
+
+What crosses the boundary is structured, never text to parse: the spec goes in as one
+JSON object on the child's stdin, and the outcomes come back as JSON lines on a pipe
+of their own (an inherited file descriptor, so the notebook has no path to open).
+The child's stdout and stderr are read as they come and kept up to a cap; the rest is
 counted and thrown away, so a flood of prints costs neither memory nor disk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,11 +28,17 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grading import sandbox
+
 
 _live: set[int] = set()  # process groups of the children running now (killed on Ctrl-C)
 _live_lock = threading.Lock()
 OUTPUT_CAP = 64 * 1024  # bytes of a child's stdout+stderr that are kept
+RESULTS_CAP = 16 * 2**20  # bytes of outcome lines read from a child (a flood is cut, not stored)
 FILE_SIZE_CAP = 512 * 2**20  # no single file written by a child may exceed this
+MAX_PROCESSES = 64  # processes and threads of one child (RLIMIT_NPROC): a fork bomb stops here
+MAX_OPEN_FILES = 1024
+SIGNAL_EXIT_BASE = 128
 
 
 @dataclass
@@ -36,6 +48,7 @@ class ChildResult:
     timed_out: bool = False
     output: str = ""
     output_bytes: int = 0
+    sandboxed: bool = False
 
     def of(self, kind: str) -> list[dict]:
         return [line for line in self.lines if line.get("kind") == kind]
@@ -57,6 +70,7 @@ def child_env(work: Path, threads: int, cuda_devices: str) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": t, "NUMEXPR_NUM_THREADS": t, "VECLIB_MAXIMUM_THREADS": t,
         "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
         "PYTHONFAULTHANDLER": "1", "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",  # inductor's worker pool would count against MAX_PROCESSES
     })
     return env
 
@@ -73,7 +87,8 @@ def _drain(stream, result: ChildResult, chunks: list[bytes]):
             kept += len(chunks[-1])
 
 
-def _kill_group(pid: int):
+def kill_group(pid: int):
+    """SIGKILL a process group (a child started with its own session) and all it holds."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -84,57 +99,106 @@ def kill_all():
     """Kill every running child and what it started (the grader is being interrupted)."""
     with _live_lock:
         for pid in list(_live):
-            _kill_group(pid)
+            kill_group(pid)
 
 
-def run_child(spec: dict, *, timeout: float, memory_mb: int, threads: int = 1, cuda_devices: str = "") -> ChildResult:
-    """Run ``python -m grading.child`` on ``spec`` (``test_files``, ``notebooks`` files to
-    copy in, ``hidden_dirs``, ``collect_only``) in a fresh temporary directory."""
+def _read_results(fd: int, result: ChildResult):
+    """Read the child's outcome lines until the pipe closes; a line cut short by a crash,
+    or anything past RESULTS_CAP, is dropped: what came before it stands."""
+    buffer, total = b"", 0
+    with os.fdopen(fd, "rb", buffering=0) as pipe:
+        while True:
+            data = pipe.read(65536)
+            if not data:
+                break
+            total += len(data)
+            if total > RESULTS_CAP:
+                continue
+            buffer += data
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                try:
+                    value = json.loads(line)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    continue
+                if isinstance(value, dict):
+                    result.lines.append(value)
+
+
+def run_child(spec: dict, *, timeout: float, memory_mb: int, threads: int = 1, cuda_devices: str = "",
+              hide: list[Path] = ()) -> ChildResult:
+    """Run ``python -m grading.child`` on ``spec`` (``test_files``, ``notebook_files`` to
+    copy in, ``hidden_files`` to copy in and delete after collection, ``collect_only``) in
+    a fresh temporary directory, sandboxed where possible. ``hide`` names folders the child
+    must not see (the grader's output, the submissions, the hidden tests' home)."""
     result = ChildResult()
     base = Path(tempfile.mkdtemp(prefix="grade-"))
     work = base / "work"
-    notebooks = work / "notebooks"
+    notebooks, hidden = work / "notebooks", work / "hidden"
     notebooks.mkdir(parents=True)
     try:
         for name, source in spec.get("notebook_files", {}).items():
             shutil.copyfile(source, notebooks / name)
-        full = {**{k: v for k, v in spec.items() if k != "notebook_files"},
-                "test_files": [str(Path(f).resolve()) for f in spec["test_files"]],
-                "hidden_dirs": [str(Path(d).resolve()) for d in spec.get("hidden_dirs", [])],
-                "notebooks": str(notebooks), "work_dir": str(work), "results": str(base / "results.jsonl"),
+        hidden_copies = []
+        for source in spec.get("hidden_files", []):
+            hidden.mkdir(exist_ok=True)
+            hidden_copies.append(str(hidden / Path(source).name))
+            shutil.copyfile(source, hidden_copies[-1])
+        full = {**{k: v for k, v in spec.items() if k not in ("notebook_files", "hidden_files")},
+                "test_files": [str(Path(f).resolve()) for f in spec["test_files"]] + hidden_copies,
+                "hidden_dir": str(hidden), "notebooks": str(notebooks), "work_dir": str(work),
                 "threads": threads, "memory_mb": memory_mb, "gpu_visible": bool(cuda_devices),
-                "file_size_cap": FILE_SIZE_CAP}
-        spec_path = base / "spec.json"
-        spec_path.write_text(json.dumps(full))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "grading.child", str(spec_path)],
-            cwd=work, env=child_env(work, threads, cuda_devices), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: a timeout kills all it started
-        )
-        with _live_lock:
-            _live.add(proc.pid)
-        chunks: list[bytes] = []
-        reader = threading.Thread(target=_drain, args=(proc.stdout, result, chunks), daemon=True)
-        reader.start()
-        try:
-            result.returncode = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            result.timed_out = True
-            _kill_group(proc.pid)
-            result.returncode = proc.wait()
-        _kill_group(proc.pid)  # whatever it left running in the background
-        with _live_lock:
-            _live.discard(proc.pid)
-        reader.join(timeout=5)
-        result.output = b"".join(chunks).decode("utf-8", "replace")
-        results = base / "results.jsonl"
-        if results.exists():
-            for line in results.read_text(encoding="utf-8", errors="replace").splitlines():
-                try:
-                    result.lines.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break  # a line cut short by a crash: what came before stands
+                "file_size_cap": FILE_SIZE_CAP, "cpu_seconds": int(timeout) + 5,
+                "max_processes": MAX_PROCESSES, "max_open_files": MAX_OPEN_FILES}
+        read_fd, write_fd = os.pipe()
+        argv = [sys.executable, "-m", "grading.child", "--results-fd", str(write_fd)]
+        box = sandbox.status()
+        result.sandboxed = box.sandboxed
+        uid_slot = sandbox.child_uid() if box.sandboxed else contextlib.nullcontext()
+        with uid_slot as uid:
+            if box.sandboxed:
+                sandbox.prepare_work_dir(work, uid)
+                argv = sandbox.wrap(argv, work=work, hide=list(hide), uid=uid, gpu=bool(cuda_devices))
+            _run(result, argv, work, full, read_fd, write_fd, timeout, env=child_env(work, threads, cuda_devices))
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return result
+
+
+def _run(result: ChildResult, argv: list[str], work: Path, spec: dict, read_fd: int, write_fd: int,
+         timeout: float, env: dict) -> None:
+    # (result.sandboxed is set by the caller before this runs.)
+    """Start the child, hand it its spec, read both of its streams, wait or kill."""
+    try:
+        proc = subprocess.Popen(
+            argv, cwd=work, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            pass_fds=(write_fd,), start_new_session=True)  # own session and group: a timeout kills all it started
+    finally:
+        os.close(write_fd)  # the child holds the only writing end: EOF when it (and all it started) ends
+    with _live_lock:
+        _live.add(proc.pid)
+    results_reader = threading.Thread(target=_read_results, args=(read_fd, result), daemon=True)
+    results_reader.start()
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=_drain, args=(proc.stdout, result, chunks), daemon=True)
+    reader.start()
+    try:
+        proc.stdin.write(json.dumps(spec).encode())
+        proc.stdin.close()
+    except OSError:
+        pass  # it died before reading its spec: the exit status says how
+    try:
+        result.returncode = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        result.timed_out = True
+        kill_group(proc.pid)
+        result.returncode = proc.wait()
+    kill_group(proc.pid)  # whatever it left running in the background
+    if result.sandboxed and SIGNAL_EXIT_BASE < result.returncode <= SIGNAL_EXIT_BASE + 64:
+        # bwrap reports a child killed by signal N as exit status 128 + N, as a shell does.
+        result.returncode = SIGNAL_EXIT_BASE - result.returncode
+    with _live_lock:
+        _live.discard(proc.pid)
+    reader.join(timeout=5)
+    results_reader.join(timeout=5)  # a daemon it left behind (outside a sandbox) may hold the pipe
+    result.output = b"".join(chunks).decode("utf-8", "replace")

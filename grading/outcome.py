@@ -1,0 +1,85 @@
+"""What grading says about one test or one exercise: one vocabulary for every process.
+
+The pytest plugin decides a test's :class:`Status` from the exception itself (never from
+its text); the grading child sends it to the batch grader as a field of a JSON line; the
+Chapter 7 kernel checks (:mod:`grading.isolation`) use the same statuses; the gradebook,
+the feedback and the terminal summary only format them. A process killed by a signal is
+described by :func:`describe_signal` wherever that happens, and partial credit is
+computed by :func:`earned` alone.
+"""
+
+from __future__ import annotations
+
+import signal
+from enum import Enum
+
+
+class Status(str, Enum):
+    """A test's or an exercise's status; the value is what the gradebook shows."""
+
+    PASSED = "passed"
+    FAILED = "failed"  # a wrong answer: the message says the call, expected and got
+    NOT_ATTEMPTED = "not attempted"  # the stub still raises NotImplementedError
+    ERROR = "error"  # the student's code raised (a wrong signature, a NameError)
+    TIMED_OUT = "timed out"
+    MEMORY = "memory limit"
+    CRASHED = "crashed"  # a signal, os._exit(), a killed process
+    TAMPERED = "tampered"
+    REVIEW = "needs review"
+    MISSING = "missing"
+    SKIPPED = "skipped"  # a GPU-only test on a machine without one: not counted
+    NOT_RUN = "not run"  # a later case of a batch whose earlier case timed out or crashed
+    NOTE = "note"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Statuses that want a human look (written to needs_review.md).
+FOR_REVIEW = (Status.TIMED_OUT, Status.MEMORY, Status.CRASHED, Status.TAMPERED, Status.REVIEW)
+
+SIGNAL_HINTS = {
+    signal.SIGSEGV: "a segmentation fault: native code read or wrote outside every tensor (under "
+                    "TRITON_INTERPRET=1 the usual cause is a tl.load or tl.store without a mask; or ctypes)",
+    signal.SIGBUS: "a bus error: a misaligned or unmapped memory access",
+    signal.SIGABRT: "the process aborted (a failed assertion in a C++ extension?)",
+    signal.SIGKILL: "killed from outside, by the notebook itself, or by the kernel's out-of-memory killer",
+    signal.SIGFPE: "an arithmetic fault (integer division by zero in native code)",
+    signal.SIGXFSZ: "a file grew past the size limit",
+    signal.SIGXCPU: "the CPU-time limit was reached",
+}
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def describe_signal(number: int) -> str:
+    """``"SIGSEGV: a segmentation fault: ..."``: the signal and its likely cause."""
+    try:
+        hint = SIGNAL_HINTS.get(signal.Signals(number), "")
+    except ValueError:
+        hint = ""
+    return signal_name(number) + (f": {hint}" if hint else "")
+
+
+def classify(exc: BaseException) -> Status:
+    """The status of a test that raised ``exc``, from its type alone."""
+    from grading.compare import GradingFailure
+
+    if isinstance(exc, NotImplementedError):
+        return Status.NOT_ATTEMPTED
+    if isinstance(exc, MemoryError):
+        return Status.MEMORY
+    if isinstance(exc, (GradingFailure, AssertionError)):
+        return Status.FAILED
+    return Status.ERROR
+
+
+def earned(points: float, passed: int, graded: int) -> float:
+    """Partial credit: a test function's points, shared equally by its graded cases
+    (a function whose every case was skipped earns and costs nothing)."""
+    return points * passed / graded if graded else 0.0
