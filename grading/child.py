@@ -128,7 +128,10 @@ class Collector:
             entry["message"] = str(report.longrepr)[:4000]
             entry["when"] = report.when
             # Decided by the plugin from the exception; a fixture or setup error is an error.
-            entry["status"] = dict(report.user_properties).get("status", "error")
+            properties = dict(report.user_properties)
+            entry["status"] = properties.get("status", "error")
+            if "summary" in properties:
+                entry["summary"] = properties["summary"]
         if report.when == "teardown":
             self.emit({"kind": "test", "nodeid": nodeid, **entry})
 

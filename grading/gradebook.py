@@ -148,7 +148,11 @@ def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[st
             # Names only: the source and the assertion of a hidden test stay private.
             message = "failed hidden tests: " + ", ".join(failed_names)
         else:
-            message = re.sub(rf"^Exercise {re.escape(exercise)}:? ", "", one_line(failures[0]["message"]))
+            # The plugin's one-line summary; a failure outside a test body (a fixture, setup)
+            # has only pytest's text, cut to its first lines.
+            first = failures[0]
+            message = first.get("summary") or re.sub(rf"^Exercise {re.escape(exercise)}:? ", "",
+                                                      one_line(first["message"]))
         # Each failing test's status was decided in the grading process from its exception.
         not_impl = all(f.get("status") == NOT_ATTEMPTED for f in failures)
         memory = any(f.get("status") == MEMORY for f in failures)

@@ -79,6 +79,27 @@ def classify(exc: BaseException) -> Status:
     return Status.ERROR
 
 
+MESSAGE_CHARS = 400  # a gradebook message; the full text stays in the outcome's details
+
+
+def summary(exc: BaseException, where: str = "") -> str:
+    """The one line a student can act on, built from the exception itself: a wrong
+    answer's lines (what, expected, got, first bad index) joined; any other exception as
+    ``Type: text``, then ``where`` (the notebook cell and line that raised it)."""
+    from grading.compare import GradingFailure
+
+    if isinstance(exc, NotImplementedError):
+        text = f"not implemented yet ({exc})"
+    elif isinstance(exc, GradingFailure):
+        text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    elif isinstance(exc, AssertionError):
+        text = " ".join(str(exc).split()) or "assertion failed"
+    else:
+        text = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    text += f"; {where}" if where else ""
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
+
+
 def earned(points: float, passed: int, graded: int) -> float:
     """Partial credit: a test function's points, shared equally by its graded cases
     (a function whose every case was skipped earns and costs nothing)."""

@@ -25,7 +25,7 @@ import pytest
 
 from grading.layout import EXERCISE_ID, ROOT, all_markers, chapter_of_test_file, exercise_of_marker
 from grading.catalogue import Bug, load_catalogue
-from grading.outcome import classify, earned
+from grading.outcome import classify, earned, summary
 from grading.compare import GradingFailure
 from grading.loader import NotebookLoadError, load_notebook, read_notebook
 
@@ -229,8 +229,17 @@ def _exercise(item) -> str | None:
     return None
 
 
+def raised_where(exc: BaseException) -> str:
+    """``raised in notebook cell 4, line 7: x = y / z``: the innermost notebook line."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if "#cell-" in frame.filename:
+            cell = frame.filename.rsplit("#cell-", 1)[1]
+            return f"raised in notebook cell {cell}, line {frame.lineno}: {(frame.line or '').strip()}"
+    return ""
+
+
 def student_message(item, excinfo) -> str:
-    """What the student sees instead of a traceback."""
+    """What the student sees instead of a traceback (the terminal's long form)."""
     exc = excinfo.value
     exercise = _exercise(item)
     label = f"Exercise {exercise}" if exercise else item.name
@@ -241,15 +250,10 @@ def student_message(item, excinfo) -> str:
         return f"{label}: {exc}"
     if isinstance(exc, AssertionError):
         return f"{label}: {exc or 'assertion failed'}\n{excinfo.getrepr(style='short')}"
-    where = ""
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if "#cell-" in frame.filename:
-            cell = frame.filename.rsplit("#cell-", 1)[1]
-            where = f"\n  raised in notebook cell {cell}, line {frame.lineno}: {(frame.line or '').strip()}"
-            break
+    where = raised_where(exc)
     if not where:
         return f"{label}: {type(exc).__name__}: {exc}\n{excinfo.getrepr(style='short')}"
-    return f"{label}: {type(exc).__name__}: {exc}{where}"
+    return f"{label}: {type(exc).__name__}: {exc}\n  {where}"
 
 
 @pytest.hookimpl(wrapper=True)
@@ -269,7 +273,10 @@ def pytest_runtest_makereport(item, call):
     if variant.kind in ("graded", "solution"):
         if report.failed and call.excinfo is not None:
             report.longrepr = student_message(item, call.excinfo)
-            report.user_properties.append(("status", classify(call.excinfo.value).value))
+            # The structured outcome the batch grader records as it is (no text parsed back).
+            exc = call.excinfo.value
+            report.user_properties += [("status", classify(exc).value),
+                                       ("summary", summary(exc, raised_where(exc)))]
         return report
     if call.when != "call" or report.skipped:
         return report
