@@ -12,13 +12,12 @@ import os
 import sys
 import time
 import traceback
-from pathlib import Path
 
 import torch
 
 from benchmarks.records import Record
+from grading.layout import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "_build" / "bench" / "results.json"
 THREADS = int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1))
 

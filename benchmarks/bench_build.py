@@ -11,11 +11,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 from benchmarks.records import Record
+from grading.layout import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 TEST_BUDGET_S = 600
 
 

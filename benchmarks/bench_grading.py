@@ -31,8 +31,8 @@ from pathlib import Path
 from benchmarks.records import Record, median_ratio
 from grading import sandbox
 from grading.matching import discover_chapters
+from grading.layout import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _submissions(folder: Path, count: int, stems: list[str]) -> Path:

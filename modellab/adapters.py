@@ -11,15 +11,14 @@ small cache instead, so every experiment runs either way.
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import torch
 
 from modellab.attention import tiled_attention
+from grading.layout import ROOT
 from modellab.caches import (PagedLayerView, PagedPool, TokenQuantizedCache, WindowCache, dequantize_int4_per_token,
                              dequantize_int8_per_token, quantize_int4_per_token, quantize_int8_per_token)
 
-ROOT = Path(__file__).resolve().parent.parent
 
 # The names each experiment needs from a chapter's solution notebook.
 NEEDS = {

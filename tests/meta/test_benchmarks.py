@@ -1,15 +1,14 @@
 """The benchmark harness itself (``make bench`` measures; these check how it measures)."""
 
 import importlib
-from pathlib import Path
 
 import pytest
 import torch
 
 from benchmarks.records import Record, median_ratio, paired_times
 from benchmarks.solutions import load_solutions
+from grading.layout import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 MODULES = sorted(p.stem for p in (ROOT / "benchmarks").glob("bench_*.py"))
 
 

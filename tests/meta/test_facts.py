@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from grading.layout import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
 CODE_LINE_LIMIT = 88  # what fits the book's content column (_static/book.css)
 # nvidia-smi's totals (MiB), cited in Chapter 1: the capacity a plan may use.

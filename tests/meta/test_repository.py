@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import yaml
 
 from grading.stubs import expected_stubs
+from grading.layout import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PIN = re.compile(r"^([A-Za-z0-9_.\-\[\]]+)==([^\s;#]+)")
 
 
