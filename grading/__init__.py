@@ -1,23 +1,32 @@
 """Grading machinery for the book's exercise notebooks.
 
-One concern per module:
+One pipeline, one concern per module. A submission becomes a sandboxed child, the child
+gives outcomes, the outcomes become the gradebook:
 
+    submission ──> matching ──> runner + sandbox ──> child (pytest + plugin) ──> outcome ──> gradebook
+                   (which        (one bwrap-isolated    (loader runs the        (Status,     (rows, CSV,
+                   notebook is   process per student    notebook; graders       summary)     feedback,
+                   which chapter) and chapter)          compare with refs)                   review list)
+
+- ``layout``:    the only module that knows where things live: paths, stems, exercise ids, markers.
 - ``regions``:   find ``### BEGIN SOLUTION`` / ``### END SOLUTION`` regions and the exercise they belong to.
 - ``stubs``:     generate the exercise notebooks from the solution notebooks.
 - ``loader``:    execute a notebook's code cells into a fresh module (linecache-backed, magics skipped).
 - ``compare``:   assertions whose messages a student can act on.
+- ``outcome``:   the one vocabulary of results: ``Status``, signal descriptions, summaries, partial credit.
 - ``catalogue``: the wrong implementations that every grader must reject.
-- ``isolation``: run checks on a notebook in a child process (crashes, timeouts).
-- ``plugin``:    the pytest plugin (``--notebooks``, ``--prove``, points, summary).
+- ``isolation``: run kernel checks on a notebook in a child process (Chapter 7: crashes, timeouts).
+- ``plugin``:    the pytest plugin (``--notebooks``, ``--prove``, points, summary); it decides each outcome.
 
 Batch grading of a class (``make grade``, ``python -m grading.batch``):
 
 - ``batch``:     the command: students in parallel, progress, resume, hidden tests.
 - ``matching``:  which notebook is which chapter, tolerating students' renames.
-- ``runner``:    one child process per student and chapter (timeout, limits, temp dir).
+- ``sandbox``:   the bubblewrap command line around one child (namespaces, read-only files, uid).
+- ``runner``:    start one child per student and chapter (spec in on stdin, outcomes out on a pipe).
 - ``child``:     what runs inside that child: pytest on the student's notebook.
-- ``tamper``:    detection of patched libraries, reads of the graders, stray writes.
-- ``gradebook``: rows, statuses, ``gradebook.csv``, feedback files.
+- ``tamper``:    detection inside the child of patched libraries, reads of the graders, stray writes.
+- ``gradebook``: rows, ``gradebook.csv``, feedback files, ``needs_review.md``.
 """
 
 from grading.compare import assert_close, assert_equal, assert_raises
