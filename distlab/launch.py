@@ -79,8 +79,9 @@ def run_on_ranks(notebook, function: str, world_size: int, calls: list[list], *,
                  timeout: float = 90.0) -> list[RankResult]:
     """Run ``function`` of the notebook at ``notebook`` on ``world_size`` gloo ranks.
 
-    ``calls[rank]`` is that rank's list of ``(args, kwargs)``; every rank has as many
-    calls, made in order. ``op_timeout`` is the process group's timeout (a send or a
+    ``calls[rank]`` is that rank's list of ``(args, kwargs)``, or of
+    ``(other_function, args, kwargs)`` to call another function of the notebook in the same
+    process group; every rank has as many calls, made in order. ``op_timeout`` is the process group's timeout (a send or a
     receive that waits longer raises in the rank); ``timeout`` bounds the whole run,
     after which every rank is killed. Returns one :class:`RankResult` per rank."""
     import torch
@@ -93,9 +94,9 @@ def run_on_ranks(notebook, function: str, world_size: int, calls: list[list], *,
         store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                               timeout=datetime.timedelta(seconds=RENDEZVOUS_TIMEOUT_S))
         for rank, rank_calls in enumerate(calls):
-            torch.save([(tuple(args), dict(kwargs)) for args, kwargs in rank_calls], folder / f"calls{rank}.pt")
+            torch.save([_normal(call, function) for call in rank_calls], folder / f"calls{rank}.pt")
         spec = {"notebook": str(Path(notebook).resolve()), "function": function, "world_size": world_size,
-                "port": store.port, "op_timeout": op_timeout, "folder": str(folder), "ncalls": len(calls[0])}
+                "port": store.port, "op_timeout": op_timeout, "folder": str(folder)}
         (folder / "spec.json").write_text(json.dumps(spec))
         env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
@@ -118,6 +119,12 @@ def run_on_ranks(notebook, function: str, world_size: int, calls: list[list], *,
         return [_read_rank(folder, rank, timed_out, timeout, tail) for rank in range(world_size)]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _normal(call, function: str) -> tuple:
+    """(function name, args, kwargs) from (args, kwargs) or (name, args, kwargs)."""
+    name, args, kwargs = call if len(call) == 3 else (function, *call)
+    return str(name), tuple(args), dict(kwargs)
 
 
 def _read_rank(folder: Path, rank: int, timed_out: bool, timeout: float, tail: str) -> RankResult:
@@ -229,8 +236,8 @@ def _rank(spec: dict, rank: int) -> int:
     dist.init_process_group("gloo", store=store, rank=rank, world_size=spec["world_size"], timeout=op_timeout)
     prefix = f"{Path(spec['notebook']).resolve()}#cell-"
     try:
-        fn = getattr(nb, spec["function"])
-        for args, kwargs in calls:
+        for name, args, kwargs in calls:
+            fn = getattr(nb, name)
             counter["bytes"] = counter["sends"] = 0
             start = time.perf_counter()
             value = fn(*args, **kwargs)
