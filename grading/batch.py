@@ -357,10 +357,12 @@ def main(argv=None) -> int:
         print(f"grading {', '.join(c.stem for c in chapters)} for the entries of {args.submissions} "
               f"({args.workers} workers, {args.timeout:g} s and {args.memory_mb} MB per chapter)", file=sys.stderr)
     grader.baseline = fingerprint(chapters, [p for ps in hidden.values() for p in ps])
-    if box.sandboxed:
-        from modellab.load import share_cache
+    if any("modellab" in c.test_file.read_text() for c in chapters):
+        from modellab.load import prepare_cache
 
-        share_cache()  # a cache converted before the sandbox existed is private to its owner
+        # Converted here, once, where writing to the repository's _build/ is allowed; a cache
+        # converted before the sandbox existed is made readable by the sandbox's user.
+        prepare_cache()
 
     students, ignored = list_students(args.submissions)
     for name in ignored:

@@ -128,6 +128,19 @@ def share_cache(folder: Path | None = None) -> None:
             pass  # another user's cache: theirs to share
 
 
+def prepare_cache() -> None:
+    """Convert the model now if no cache exists, and make the cache readable by every user.
+    The batch grader calls this before grading a chapter that loads the model: inside the
+    sandbox a conversion would have to write outside the student's work folder."""
+    if not is_installed():
+        return
+    target = cache_dir()
+    if not (target / "model.safetensors").is_file():
+        _quiet_transformers()
+        _convert(target)
+    share_cache(target)
+
+
 def _quiet_transformers():
     """No progress bars or advisory warnings in the book's output (errors still show)."""
     from transformers.utils import logging
