@@ -178,15 +178,17 @@ def parse_ptxas(log: str) -> dict:
             "spill_load_bytes": grab(r"(\d+) bytes spill loads"), "stack_bytes": grab(r"(\d+) bytes stack frame")}
 
 
-def compile_kernel(kernel, signature: dict, constexprs: dict, *, arch: str = "sm_90", num_warps: int = 4,
-                   num_stages: int = 3) -> Compiled:
+def compile_kernel(kernel, signature: dict, constexprs: dict, *, attrs: dict | None = None, arch: str = "sm_90",
+                   num_warps: int = 4, num_stages: int = 3) -> Compiled:
     """Compile ``kernel`` for ``arch`` (``"sm_80"`` or ``"sm_90"``) through ptxas.
 
     ``signature`` maps each runtime argument to its Triton type (``"*bf16"`` a pointer to
     bf16, ``"i32"``, ``"fp32"``); ``constexprs`` gives every ``tl.constexpr`` argument its
-    value. Raises :class:`KernelCompileError` (the kernel's line and the compiler's
-    message) if the compiler rejects the kernel, ValueError for an unknown ``arch``."""
-    result = compile_many([dict(kernel=kernel, signature=signature, constexprs=constexprs, arch=arch,
+    value; ``attrs`` marks arguments (``{"stride": [["tt.divisibility", 16]]}``), as
+    :func:`specialize` does for a launch. Raises :class:`KernelCompileError` (the kernel's
+    line and the compiler's message) if the compiler rejects the kernel, ValueError for an
+    unknown ``arch``."""
+    result = compile_many([dict(kernel=kernel, signature=signature, constexprs=constexprs, attrs=attrs, arch=arch,
                                 num_warps=num_warps, num_stages=num_stages)])[0]
     if isinstance(result, KernelCompileError):
         raise result
@@ -221,8 +223,8 @@ def _can_compile_here() -> bool:
     return isinstance(tl.cdiv, JITFunction)  # a library function: interpreted if Triton was imported so
 
 
-def _compile_here(kernel, signature: dict, constexprs: dict, *, arch: str = "sm_90", num_warps: int = 4,
-                  num_stages: int = 3) -> Compiled:
+def _compile_here(kernel, signature: dict, constexprs: dict, *, attrs: dict | None = None, arch: str = "sm_90",
+                  num_warps: int = 4, num_stages: int = 3) -> Compiled:
     import triton
     from triton import knobs
     from triton.backends.compiler import GPUTarget
@@ -236,7 +238,8 @@ def _compile_here(kernel, signature: dict, constexprs: dict, *, arch: str = "sm_
     missing = [a for a in jit.arg_names if a not in sig]
     if missing:
         raise ValueError(f"signature and constexprs must cover every argument of {name}; missing {missing}")
-    source = ASTSource(fn=jit, signature=sig, constexprs=dict(constexprs))
+    marks = {(jit.arg_names.index(k),): v for k, v in (attrs or {}).items()}
+    source = ASTSource(fn=jit, signature=sig, constexprs=dict(constexprs), attrs=marks)
     target = GPUTarget("cuda", ARCHS[arch], 32)
     previous = knobs.runtime.add_stages_inspection_hook
     with tempfile.TemporaryDirectory(prefix="gpucompile-") as tmp:
@@ -316,7 +319,8 @@ def explain(exc: BaseException, jit, arch: str, diagnostics: str = "") -> str:
         filename, begin = get_jit_fn_file_line(owner)
         line = begin + innermost.node.lineno - 1
         reason = (innermost.error_message or "").strip() or type(innermost).__name__
-        reason = re.sub(r"^(\w+)\((['\"])(.*)\2\)$", r"\1: \3", reason, flags=re.S)  # NameError("...") -> NameError: ...
+        # NameError("...") -> NameError: ...
+        reason = re.sub(r"^(\w+)\((['\"])(.*)\2\)$", r"\1: \3", reason, flags=re.S)
         return f"{head} ({_where(filename, line)}: `{_source_line(filename, line)}`):\n  {_first_lines(reason)}"
     # Past the front end, MLIR reports "file:line:col: error: ..." on stderr with the kernel's location.
     for m in re.finditer(r"^(.*?):(\d+):(\d+): error: (.*)$", diagnostics, flags=re.M):
@@ -342,22 +346,34 @@ def sass(compiled: Compiled) -> str:
 
 
 # -- what a wrapper would launch ----------------------------------------------------------------
-_TORCH_TYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32", "torch.float64": "fp64",
-                "torch.int32": "i32", "torch.int64": "i64", "torch.int8": "i8", "torch.uint8": "u8", "torch.bool": "i1"}
+def specialize(kernel, values: dict) -> dict:
+    """The signature, constexprs and attributes a launch with these argument ``values`` compiles
+    to, by Triton's own rule for launches: an int equal to 1 becomes a constant, and an int or a
+    tensor's address divisible by 16 is marked so (the compiler then vectorises loads through it).
+    ``values`` maps every argument name to a tensor (or ``triton.runtime.jit.MockTensor``), a
+    number, or, for a tl.constexpr argument, its value."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
 
-
-def _triton_type(name: str, value) -> str:
-    if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
-        if str(value.dtype) not in _TORCH_TYPES:
-            raise TypeError(f"argument {name}: no Triton pointer type for a tensor of {value.dtype}")
-        return "*" + _TORCH_TYPES[str(value.dtype)]
-    if isinstance(value, bool):
-        return "i1"
-    if isinstance(value, int):
-        return "i32" if -2**31 <= value < 2**31 else "i64"
-    if isinstance(value, float):
-        return "fp32"
-    raise TypeError(f"argument {name}: cannot pass {type(value).__name__} to a compiled kernel")
+    jit = as_jit(kernel)
+    missing = [p.name for p in jit.params if p.name not in values]
+    if missing:
+        raise TypeError(f"{jit.fn.__name__}: no value for the arguments {missing}")
+    signature, constexprs, attrs = {}, {}, {}
+    for p in jit.params:
+        value = values[p.name]
+        if p.is_constexpr:
+            constexprs[p.name] = value
+            continue
+        kind, key = native_specialize_impl(BaseBackend, value, False, not p.do_not_specialize,
+                                           not p.do_not_specialize_on_alignment)
+        if kind == "constexpr":
+            constexprs[p.name] = value
+        else:
+            signature[p.name] = kind
+            if isinstance(key, str) and "D" in key:
+                attrs[p.name] = [["tt.divisibility", 16]]
+    return {"signature": signature, "constexprs": constexprs, "attrs": attrs}
 
 
 @contextlib.contextmanager
@@ -365,7 +381,8 @@ def capture_launches(arch: str = "sm_90"):
     """Inside the block, ``kernel[grid](...)`` launches nothing: each launch becomes a compile
     request (the kernel, the Triton types of its arguments, its constexprs, ``num_warps`` and
     ``num_stages``) appended to the list this yields. So a wrapper's own choice of block sizes
-    is what gets compiled. Only for kernels defined without the interpreter (``TRITON_INTERPRET=0``)."""
+    is what gets compiled, specialised as a real launch would be (:func:`specialize`). Only for
+    kernels defined without the interpreter (``TRITON_INTERPRET=0``)."""
     from triton.runtime.jit import JITFunction
 
     requests: list[dict] = []
@@ -375,12 +392,7 @@ def capture_launches(arch: str = "sm_90"):
         options = {"num_warps": kwargs.pop("num_warps", 4), "num_stages": kwargs.pop("num_stages", 3)}
         bound = dict(zip(self.arg_names, args))
         bound.update({k: v for k, v in kwargs.items() if k in self.arg_names})
-        missing = [a for a in self.arg_names if a not in bound]
-        if missing:
-            raise TypeError(f"{self.fn.__name__}[grid](...) is missing the arguments {missing}")
-        constexprs = {p.name: bound[p.name] for p in self.params if p.is_constexpr}
-        signature = {p.name: _triton_type(p.name, bound[p.name]) for p in self.params if not p.is_constexpr}
-        requests.append(dict(kernel=self, signature=signature, constexprs=constexprs, arch=arch, **options))
+        requests.append(dict(kernel=self, **specialize(self, bound), arch=arch, **options))
 
     JITFunction.run = run
     try:
@@ -478,8 +490,8 @@ def _child_main(spec_path: str, result_path: str) -> int:
         for f in job["functions"].values():
             exec(compile("\n" * (f["first"] - 1) + f["source"], f["file"], "exec"), scope)
         try:
-            c = _compile_here(scope[job["kernel"]], job["signature"], job["constexprs"], arch=job["arch"],
-                              num_warps=job["num_warps"], num_stages=job["num_stages"])
+            c = _compile_here(scope[job["kernel"]], job["signature"], job["constexprs"], attrs=job.get("attrs"),
+                              arch=job["arch"], num_warps=job["num_warps"], num_stages=job["num_stages"])
         except KernelCompileError as exc:
             answers.append({"error": str(exc)})
             continue
@@ -490,5 +502,5 @@ def _child_main(spec_path: str, result_path: str) -> int:
     return 0
 
 
-__all__ = ["ARCHS", "Compiled", "KernelCompileError", "Usage", "as_jit", "capture_launches", "compile_kernel", "compile_many", "explain",
-           "jitted_functions", "parse_ptxas", "sass"]
+__all__ = ["ARCHS", "Compiled", "KernelCompileError", "Usage", "as_jit", "capture_launches", "compile_kernel",
+           "compile_many", "explain", "jitted_functions", "parse_ptxas", "sass", "specialize"]

@@ -2,7 +2,8 @@
 
 The graders (tests/test_07_triton_kernels.py), the chapter and the benchmark compile the
 same kernels with the same arguments from here. Pointers are bf16, the dtype a GPU runs
-them in; every kernel is compiled for ``sm_80`` (A100) and ``sm_90`` (H100).
+them in; every graded kernel is compiled for ``sm_80`` (A100) and ``sm_90`` (H100), as its
+wrapper launches it (``gpucompile.capture_launches``).
 """
 
 from __future__ import annotations
@@ -11,52 +12,33 @@ ARCHS = ("sm_80", "sm_90")
 HEAD_DIM = 128  # the head dimension of the GPU benchmark (and of most large models)
 # The wrappers' default launch parameters in solutions/07_triton_kernels.ipynb.
 FLASH_DEFAULTS = {"block_m": 32, "block_n": 32, "num_warps": 4, "num_stages": 2}
-VECTOR_BLOCK = 128  # vector_add's default block_size
 SOFTMAX_COLS = 1000  # the chapter's rows; softmax's block is next_power_of_2(n_cols)
-PAGED_BLOCK_N = 16  # paged_decode_attention's default block_n
 GQA_GROUP = 4  # query heads per KV head where a kernel is compiled with GQA (32 query heads, 8 KV heads)
-
-
-def _signature(kernel, pointers: dict, floats=()) -> dict:
-    """Every runtime (not tl.constexpr) argument of ``kernel``: the named pointers, fp32 floats, the rest i32."""
-    from gpucompile import as_jit
-
-    params = as_jit(kernel).params
-    return {p.name: pointers.get(p.name, "fp32" if p.name in floats else "i32") for p in params if not p.is_constexpr}
-
-
-def add_request(nb, arch: str) -> dict:
-    sig = _signature(nb.add_kernel, {"x_ptr": "*bf16", "y_ptr": "*bf16", "out_ptr": "*bf16"})
-    return dict(kernel=nb.add_kernel, signature=sig, constexprs={"BLOCK_SIZE": VECTOR_BLOCK}, arch=arch,
-                num_warps=4, num_stages=3)
-
-
-def softmax_request(nb, arch: str) -> dict:
-    sig = _signature(nb.softmax_kernel, {"out_ptr": "*bf16", "in_ptr": "*bf16"})
-    block = 1 << (SOFTMAX_COLS - 1).bit_length()  # triton.next_power_of_2
-    return dict(kernel=nb.softmax_kernel, signature=sig, constexprs={"BLOCK_SIZE": block}, arch=arch,
-                num_warps=4, num_stages=3)
 
 
 def flash_request(kernel, arch: str = "sm_90", *, block_m: int = FLASH_DEFAULTS["block_m"],
                   block_n: int = FLASH_DEFAULTS["block_n"], num_warps: int = FLASH_DEFAULTS["num_warps"],
-                  num_stages: int = FLASH_DEFAULTS["num_stages"], head_dim: int = HEAD_DIM, causal: bool = False,
-                  group: int = 1) -> dict:
-    """flash_fwd_kernel (Exercise 7.3) for bf16 q, k, v and out, fp32 lse."""
-    pointers = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16", "Lse": "*fp32"}
-    sig = _signature(kernel, pointers, floats=("qk_scale",))
-    constexprs = {"GROUP": group, "HEAD_DIM": head_dim, "BLOCK_M": block_m, "BLOCK_N": block_n, "CAUSAL": causal}
-    return dict(kernel=kernel, signature=sig, constexprs=constexprs, arch=arch, num_warps=num_warps,
-                num_stages=num_stages)
+                  num_stages: int = FLASH_DEFAULTS["num_stages"], batch_size: int = 2, num_heads: int = 16,
+                  num_kv_heads: int = 16, seq_len: int = 8192, head_dim: int = HEAD_DIM, causal: bool = False) -> dict:
+    """flash_fwd_kernel (Exercise 7.3) as flash_attention would launch it for contiguous bf16
+    q, k, v of shape (batch_size, num_heads or num_kv_heads, seq_len, head_dim): the same
+    arguments, specialised as a launch is, without a GPU or a tensor (Triton's MockTensor)."""
+    import math
 
+    import torch
+    from triton.runtime.jit import MockTensor
 
-def paged_request(nb, arch: str) -> dict:
-    pointers = {"Q": "*bf16", "K_pages": "*bf16", "V_pages": "*bf16", "Out": "*bf16", "Block_tables": "*i32",
-                "Seq_lens": "*i32"}
-    sig = _signature(nb.paged_decode_kernel, pointers, floats=("qk_scale",))
-    return dict(kernel=nb.paged_decode_kernel, signature=sig,
-                constexprs={"GROUP": GQA_GROUP, "HEAD_DIM": HEAD_DIM, "BLOCK_N": PAGED_BLOCK_N}, arch=arch,
-                num_warps=4, num_stages=3)
+    from gpucompile import as_jit, specialize
+
+    def strides(h):  # contiguous (B, h, N, d)
+        return [h * seq_len * head_dim, seq_len * head_dim, head_dim, 1]
+
+    args = [MockTensor(torch.bfloat16)] * 4 + [MockTensor(torch.float32)]
+    args += strides(num_heads) + strides(num_kv_heads) * 2 + strides(num_heads) + [num_heads * seq_len, seq_len, 1]
+    args += [seq_len, num_heads, 1.4426950408889634 / math.sqrt(head_dim)]
+    args += [num_heads // num_kv_heads, head_dim, block_m, block_n, bool(causal)]
+    values = dict(zip(as_jit(kernel).arg_names, args, strict=True))
+    return dict(kernel=kernel, **specialize(kernel, values), arch=arch, num_warps=num_warps, num_stages=num_stages)
 
 
 # The kernel each exercise's compile check compiles; the case id is "<name>-<arch>".
@@ -103,5 +85,58 @@ def graded_request(nb, exercise: str, cid: str) -> dict:
             tables = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
             nb.paged_decode_attention(q, pages, pages.clone(), tables, torch.tensor([20, 32], dtype=torch.int32))
     if len(launched) != 1:
-        raise RuntimeError(f"expected the wrapper of Exercise {exercise} to launch one kernel, it launched {len(launched)}")
+        raise RuntimeError(f"expected the wrapper of Exercise {exercise} to launch one kernel, "
+                           f"it launched {len(launched)}")
     return launched[0]
+
+
+# -- limits of the targets and the occupancy that follows ---------------------------------------
+# NVIDIA Hopper and Ampere tuning guides (references.bib: nvidia_hopper_tuning, nvidia_ampere_tuning):
+# 64K 32-bit registers per SM, at most 255 per thread, 64 resident warps and 32 resident blocks per
+# SM; shared memory per SM 228 KiB (H100) or 164 KiB (A100), of which CUDA reserves 1 KiB per block.
+SM_LIMITS = {
+    "sm_90": {"registers": 65536, "max_registers_per_thread": 255, "warps": 64, "blocks": 32,
+              "shared_bytes": 228 * 1024, "reserved_shared_per_block": 1024},
+    "sm_80": {"registers": 65536, "max_registers_per_thread": 255, "warps": 64, "blocks": 32,
+              "shared_bytes": 164 * 1024, "reserved_shared_per_block": 1024},
+}
+REGISTER_ALLOCATION_UNIT = 256  # registers are given to a warp in chunks of 256 (CUDA occupancy calculator)
+
+
+def occupancy(registers: int, shared_bytes: int, num_warps: int, arch: str = "sm_90") -> dict:
+    """Programs (thread blocks) that fit on one SM at once, and which resource stops the next:
+    ``{"blocks": n, "limiter": "registers" | "shared memory" | "warps" | "blocks"}``."""
+    lim = SM_LIMITS[arch]
+    per_warp = -(-registers * 32 // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+    limits = {"registers": lim["registers"] // (per_warp * num_warps),
+              "shared memory": lim["shared_bytes"] // (shared_bytes + lim["reserved_shared_per_block"]),
+              "warps": lim["warps"] // num_warps, "blocks": lim["blocks"]}
+    limiter = min(limits, key=limits.get)
+    return {"blocks": limits[limiter], "limiter": limiter}
+
+
+# -- a roofline for the forward pass -------------------------------------------------------------
+# Dense BF16 tensor-core peak and HBM bandwidth from NVIDIA's datasheets (nvidia2022h100, nvidia2024h200).
+GPUS = {"H100 SXM": {"flops": 989e12, "bytes_per_s": 3.35e12}, "H200": {"flops": 989e12, "bytes_per_s": 4.8e12}}
+
+
+def flash_forward_cost(batch_size: int, num_heads: int, seq_len: int, head_dim: int, *, causal: bool,
+                       block_m: int, elem_bytes: int = 2) -> dict:
+    """FLOPs and HBM bytes of the forward kernel. FLOPs: the two products q k^T and p v,
+    2 N^2 d each per head (half of it causal). Bytes, two bounds: ``compulsory`` reads q, k, v
+    and writes out once (and the fp32 lse); ``no_reuse`` adds that each of the N / BLOCK_M
+    programs of a head reads all of K and V it visits from HBM, as if the L2 cache kept nothing."""
+    frac = 0.5 if causal else 1.0
+    heads = batch_size * num_heads
+    flops = 4 * heads * seq_len**2 * head_dim * frac
+    tensor = heads * seq_len * head_dim * elem_bytes
+    compulsory = 4 * tensor + heads * seq_len * 4
+    programs = -(-seq_len // block_m)
+    no_reuse = 2 * tensor + heads * seq_len * 4 + programs * 2 * tensor * frac
+    return {"flops": flops, "compulsory_bytes": compulsory, "no_reuse_bytes": no_reuse}
+
+
+def roofline_seconds(cost: dict, gpu: str, bytes_key: str = "compulsory_bytes") -> float:
+    """The roofline's lower bound on the time: the slower of computing at peak and moving the bytes at peak."""
+    spec = GPUS[gpu]
+    return max(cost["flops"] / spec["flops"], cost[bytes_key] / spec["bytes_per_s"])
