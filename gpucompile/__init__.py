@@ -352,6 +352,7 @@ def specialize(kernel, values: dict) -> dict:
     tensor's address divisible by 16 is marked so (the compiler then vectorises loads through it).
     ``values`` maps every argument name to a tensor (or ``triton.runtime.jit.MockTensor``), a
     number, or, for a tl.constexpr argument, its value."""
+    from triton import knobs
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
 
@@ -365,8 +366,12 @@ def specialize(kernel, values: dict) -> dict:
         if p.is_constexpr:
             constexprs[p.name] = value
             continue
-        kind, key = native_specialize_impl(BaseBackend, value, False, not p.do_not_specialize,
-                                           not p.do_not_specialize_on_alignment)
+        with knobs.runtime.scope():
+            # It may import Triton's gluon library, which must be told whether Triton was imported
+            # interpreted (the variable may have changed since).
+            knobs.runtime.interpret = not _can_compile_here()
+            kind, key = native_specialize_impl(BaseBackend, value, False, not p.do_not_specialize,
+                                               not p.do_not_specialize_on_alignment)
         if kind == "constexpr":
             constexprs[p.name] = value
         else:
