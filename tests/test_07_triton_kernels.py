@@ -9,6 +9,12 @@ are kept for the parametrized tests of that exercise.
 On CPU the kernels run through the interpreter in fp32 and fp16 (the interpreter does
 not emulate bf16 arithmetic faithfully). The tests marked ``gpu`` run the same value
 cases compiled for CUDA in bf16, and are skipped, with the reason, without a GPU.
+
+The interpreter accepts kernels the compiler rejects (a global Python float, a tl.dot
+smaller than 16, a loop variable that changes shape). ``test_compiles_for_gpu`` compiles
+every graded kernel for an A100 (sm_80) and an H100 (sm_90) with no GPU present
+(gpucompile: Triton's compiler and NVIDIA's ptxas, shipped in the Triton wheel), in a
+child process without the interpreter, at the block sizes the chapter uses.
 """
 
 import math
@@ -17,13 +23,19 @@ import zlib
 import pytest
 import torch
 
+from gpucompile import KernelCompileError, compile_kernel, jitted_functions
+from gpucompile.chapter07 import ARCHS, GRADED_KERNELS, case_ids, graded_request
 from grading.compare import GradingFailure, assert_close, assert_raises, call_text
 from grading.isolation import run_checks, shared_batch
 from tests.references import ref_07_triton_kernels as ref
 
 INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
 GPU_ENV = {"TRITON_INTERPRET": "0"}
+COMPILE_ENV = {"TRITON_INTERPRET": "0"}  # kernels defined for the compiler, GPU or not
 BATCH_TIMEOUT_S = 100  # all cases of one exercise, including the child's start (a few seconds)
+# The compiles of one exercise for both targets: about 3 s each for the flash kernel on the
+# 2-core reference machine, much less for the others and for a kernel already in Triton's cache.
+COMPILE_TIMEOUT_S = 120
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # Tolerances on outputs, scaled by max(1, max |expected|): fp32 keeps ~7 digits through the
 # online softmax; fp16/bf16 outputs are rounded once on store and p is rounded before p @ v.
@@ -318,6 +330,41 @@ def _grade(nb, exercise, cid, device="cpu"):
     results[cid].raise_for_status()
 
 
+# -- compiling for a GPU, without one -----------------------------------------------------------
+def _stub_message(nb, exercise):
+    """The NotImplementedError message of a kernel (or a jitted helper it calls) that is still a stub."""
+    for name in GRADED_KERNELS[exercise] + (("flash_fwd_kernel",) if exercise == "7.4" else ()):
+        for fn in jitted_functions(getattr(nb, name)).values():
+            if "raise NotImplementedError(" in fn.src:
+                return fn.src.split("raise NotImplementedError(", 1)[1].split(")")[0].strip("\"'")
+    return None
+
+
+def check_compile(nb, exercise, cid):
+    """Runs in the child (grading.isolation, TRITON_INTERPRET=0): compile one kernel for one target."""
+    stub = _stub_message(nb, exercise)
+    if stub is not None:
+        raise NotImplementedError(stub)
+    request = graded_request(nb, exercise, cid)
+    try:
+        compile_kernel(**request)
+    except KernelCompileError as exc:
+        raise GradingFailure(f"{exc}\n  (the interpreter runs a kernel the GPU compiler may reject; "
+                             f"compiled as on a GPU: bf16, {request['constexprs']}, num_warps={request['num_warps']})"
+                             ) from None
+
+
+def _grade_compile(nb, exercise, arch):
+    path = nb.path
+    ids = case_ids(exercise)
+    results = shared_batch(f"{path}|{__name__}|{exercise}|compile", lambda: run_checks(
+        path, f"{__name__}:check_compile", [(i, (exercise, i)) for i in ids], timeout=COMPILE_TIMEOUT_S,
+        env=COMPILE_ENV))
+    for cid in ids:
+        if cid.endswith(arch):
+            results[cid].raise_for_status()
+
+
 # -- the graders ----------------------------------------------------------------------------------
 @pytest.mark.ex7_1
 @pytest.mark.points(2)
@@ -394,3 +441,13 @@ GPU_MARKS = {ex: getattr(pytest.mark, f"ex{ex.replace('.', '_')}") for ex in VAL
                                           for ex, cid in GPU_CASES])
 def test_gpu_bf16(nb, exercise, cid):
     _grade(nb, exercise, cid, device="cuda")
+
+
+# -- every graded kernel compiled for an A100 and an H100, on the CPU ----------------------------
+COMPILE_MARKS = {ex: getattr(pytest.mark, f"ex{ex.replace('.', '_')}") for ex in GRADED_KERNELS}
+
+
+@pytest.mark.parametrize("exercise,arch", [pytest.param(ex, arch, marks=COMPILE_MARKS[ex], id=f"{ex}-{arch}")
+                                           for ex in GRADED_KERNELS for arch in ARCHS])
+def test_compiles_for_gpu(nb, exercise, arch):
+    _grade_compile(nb, exercise, arch)

@@ -2,9 +2,13 @@
 
 Each bug runs only against its exercise's graders (``tests=``): every grader batch
 starts a child process and runs kernels through the interpreter, and the other
-exercises would pass anyway."""
+exercises would pass anyway.
+
+The last five are kernels the interpreter runs correctly (every value test passes; tried)
+and the GPU compiler rejects: only ``test_compiles_for_gpu`` can catch them."""
 
 from grading.catalogue import Bug
+
 
 BUGS = [
     Bug("grid_rounded_down", "7.1", "sizes the grid with n // BLOCK_SIZE, so the last partial block gets no program",
@@ -46,4 +50,29 @@ BUGS = [
     Bug("paged_gqa_no_grouping", "7.5", "reads KV head h for query head h, ignoring GQA",
         old="    off_kvh = off_h // GROUP\n    seq_len = tl.load(Seq_lens + off_b)",
         new="    off_kvh = off_h\n    seq_len = tl.load(Seq_lens + off_b)", tests="paged_decode"),
+    # -- accepted by the interpreter, rejected by the compiler -------------------------------------
+    Bug("lse_global_float", "7.3",
+        "divides by the notebook's global LOG2_E, a Python float: the interpreter reads it, the compiler "
+        "only reads globals that are tl.constexpr",
+        old="lse = (m_i + tl.math.log2(l_i)) * LN_2", new="lse = (m_i + tl.math.log2(l_i)) / LOG2_E", tests="compiles"),
+    Bug("stats_in_input_dtype", "7.3",
+        "starts the running max in the input dtype; the loop makes it fp32, and the compiler requires a loop "
+        "variable to keep its type",
+        old='m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)',
+        new='m_i = tl.full([BLOCK_M], float("-inf"), dtype=q.dtype)', tests="compiles"),
+    Bug("loop_exit_with_break", "7.3",
+        "walks every key block and leaves the loop with break at the causal limit: Triton has no break",
+        old="    for start_n in range(0, hi, BLOCK_N):\n",
+        new="    for start_n in range(0, seq_len, BLOCK_N):\n        if start_n >= hi:\n            break\n",
+        tests="compiles"),
+    Bug("key_block_of_8", "7.3",
+        "shrinks the key block to 8 (quicker under the interpreter): tl.dot(p, v) then has an inner dimension "
+        "of 8, and the GPU's tensor-core dot needs at least 16",
+        old='_check_block("block_n", block_n, 16)', new="block_n = 8  # small blocks: the interpreter is quicker",
+        tests="compiles"),
+    Bug("paged_max_keep_dims", "7.5",
+        "takes the block max with keep_dims=True: the scalar running max becomes a (1,) block inside the loop, "
+        "which NumPy broadcasts and the compiler rejects",
+        old="m_new = tl.maximum(m_i, tl.max(s, 0))", new="m_new = tl.maximum(m_i, tl.max(s, 0, keep_dims=True))",
+        tests="compiles"),
 ]

@@ -1,0 +1,7 @@
+"""``python -m gpucompile SPEC RESULT``: the child process of :func:`gpucompile.compile_many`."""
+
+import sys
+
+from gpucompile import _child_main
+
+sys.exit(_child_main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,142 @@
+"""What Chapter 7 compiles: the signature of each graded kernel and the block sizes it uses.
+
+The graders (tests/test_07_triton_kernels.py), the chapter and the benchmark compile the
+same kernels with the same arguments from here. Pointers are bf16, the dtype a GPU runs
+them in; every graded kernel is compiled for ``sm_80`` (A100) and ``sm_90`` (H100), as its
+wrapper launches it (``gpucompile.capture_launches``).
+"""
+
+from __future__ import annotations
+
+ARCHS = ("sm_80", "sm_90")
+HEAD_DIM = 128  # the head dimension of the GPU benchmark (and of most large models)
+# The wrappers' default launch parameters in solutions/07_triton_kernels.ipynb.
+FLASH_DEFAULTS = {"block_m": 32, "block_n": 32, "num_warps": 4, "num_stages": 2}
+SOFTMAX_COLS = 1000  # the chapter's rows; softmax's block is next_power_of_2(n_cols)
+GQA_GROUP = 4  # query heads per KV head where a kernel is compiled with GQA (32 query heads, 8 KV heads)
+
+
+def flash_request(kernel, arch: str = "sm_90", *, block_m: int = FLASH_DEFAULTS["block_m"],
+                  block_n: int = FLASH_DEFAULTS["block_n"], num_warps: int = FLASH_DEFAULTS["num_warps"],
+                  num_stages: int = FLASH_DEFAULTS["num_stages"], batch_size: int = 2, num_heads: int = 16,
+                  num_kv_heads: int = 16, seq_len: int = 8192, head_dim: int = HEAD_DIM, causal: bool = False) -> dict:
+    """flash_fwd_kernel (Exercise 7.3) as flash_attention would launch it for contiguous bf16
+    q, k, v of shape (batch_size, num_heads or num_kv_heads, seq_len, head_dim): the same
+    arguments, specialised as a launch is, without a GPU or a tensor (Triton's MockTensor)."""
+    import math
+
+    import torch
+    from triton.runtime.jit import MockTensor
+
+    from gpucompile import as_jit, specialize
+
+    def strides(h):  # contiguous (B, h, N, d)
+        return [h * seq_len * head_dim, seq_len * head_dim, head_dim, 1]
+
+    args = [MockTensor(torch.bfloat16)] * 4 + [MockTensor(torch.float32)]
+    args += strides(num_heads) + strides(num_kv_heads) * 2 + strides(num_heads) + [num_heads * seq_len, seq_len, 1]
+    args += [seq_len, num_heads, 1.4426950408889634 / math.sqrt(head_dim)]
+    args += [num_heads // num_kv_heads, head_dim, block_m, block_n, bool(causal)]
+    values = dict(zip(as_jit(kernel).arg_names, args, strict=True))
+    return dict(kernel=kernel, **specialize(kernel, values), arch=arch, num_warps=num_warps, num_stages=num_stages)
+
+
+# The kernel each exercise's compile check compiles; the case id is "<name>-<arch>".
+GRADED_CASES = {"7.1": "add_kernel", "7.2": "softmax_kernel", "7.3": "flash_fwd_kernel",
+                "7.4": "flash_fwd_kernel-causal-gqa", "7.5": "paged_decode_kernel-gqa"}
+# The functions each exercise writes (a stub among them raises NotImplementedError).
+GRADED_KERNELS = {"7.1": ("add_kernel",), "7.2": ("softmax_kernel",), "7.3": ("flash_fwd_kernel",),
+                  "7.4": ("causal_loop_end", "causal_mask"), "7.5": ("paged_decode_kernel",)}
+
+
+def case_ids(exercise: str) -> list[str]:
+    if exercise not in GRADED_CASES:
+        raise ValueError(f"exercise must be one of {sorted(GRADED_CASES)}, got {exercise!r}")
+    return [f"{GRADED_CASES[exercise]}-{arch}" for arch in ARCHS]
+
+
+def graded_request(nb, exercise: str, cid: str) -> dict:
+    """The compile request of one case of ``case_ids(exercise)``: what the notebook's wrapper
+    launches (its own block sizes, num_warps and num_stages) for bf16 inputs of the chapter's
+    shapes, captured instead of run (``gpucompile.capture_launches``). 7.3 is the flash kernel
+    without a mask and without GQA; 7.4 the same kernel causal and with GQA (its helpers compiled
+    into it); 7.5 paged decode with GQA. Needs a notebook loaded with TRITON_INTERPRET=0."""
+    import torch
+
+    from gpucompile import capture_launches
+
+    if cid not in case_ids(exercise):
+        raise ValueError(f"cid must be one of {case_ids(exercise)}, got {cid!r}")
+    arch = cid.rsplit("-", 1)[1]
+    bf16 = torch.bfloat16
+    with capture_launches(arch) as launched:
+        if exercise == "7.1":
+            nb.vector_add(torch.zeros(1000, dtype=bf16), torch.zeros(1000, dtype=bf16))
+        elif exercise == "7.2":
+            nb.softmax(torch.zeros(4, SOFTMAX_COLS, dtype=bf16))
+        elif exercise in ("7.3", "7.4"):
+            heads, kv_heads = (GQA_GROUP * 2, 2) if exercise == "7.4" else (2, 2)
+            q = torch.zeros(1, heads, 256, HEAD_DIM, dtype=bf16)  # (B, H, N, d)
+            k = torch.zeros(1, kv_heads, 256, HEAD_DIM, dtype=bf16)  # (B, H_kv, N, d)
+            nb.flash_attention(q, k, k.clone(), causal=exercise == "7.4")
+        else:
+            q = torch.zeros(2, GQA_GROUP * 2, HEAD_DIM, dtype=bf16)  # (B, H, d)
+            pages = torch.zeros(4, 16, 2, HEAD_DIM, dtype=bf16)  # (num_pages, page_size, H_kv, d)
+            tables = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+            nb.paged_decode_attention(q, pages, pages.clone(), tables, torch.tensor([20, 32], dtype=torch.int32))
+    if len(launched) != 1:
+        raise RuntimeError(f"expected the wrapper of Exercise {exercise} to launch one kernel, "
+                           f"it launched {len(launched)}")
+    return launched[0]
+
+
+# -- limits of the targets and the occupancy that follows ---------------------------------------
+# NVIDIA Hopper and Ampere tuning guides (references.bib: nvidia_hopper_tuning, nvidia_ampere_tuning):
+# 64K 32-bit registers per SM, at most 255 per thread, 64 resident warps and 32 resident blocks per
+# SM; shared memory per SM 228 KiB (H100) or 164 KiB (A100), of which CUDA reserves 1 KiB per block.
+SM_LIMITS = {
+    "sm_90": {"registers": 65536, "max_registers_per_thread": 255, "warps": 64, "blocks": 32,
+              "shared_bytes": 228 * 1024, "reserved_shared_per_block": 1024},
+    "sm_80": {"registers": 65536, "max_registers_per_thread": 255, "warps": 64, "blocks": 32,
+              "shared_bytes": 164 * 1024, "reserved_shared_per_block": 1024},
+}
+REGISTER_ALLOCATION_UNIT = 256  # registers are given to a warp in chunks of 256 (CUDA occupancy calculator)
+
+
+def occupancy(registers: int, shared_bytes: int, num_warps: int, arch: str = "sm_90") -> dict:
+    """Programs (thread blocks) that fit on one SM at once, and which resource stops the next:
+    ``{"blocks": n, "limiter": "registers" | "shared memory" | "warps" | "blocks"}``."""
+    lim = SM_LIMITS[arch]
+    per_warp = -(-registers * 32 // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+    limits = {"registers": lim["registers"] // (per_warp * num_warps),
+              "shared memory": lim["shared_bytes"] // (shared_bytes + lim["reserved_shared_per_block"]),
+              "warps": lim["warps"] // num_warps, "blocks": lim["blocks"]}
+    limiter = min(limits, key=limits.get)
+    return {"blocks": limits[limiter], "limiter": limiter}
+
+
+# -- a roofline for the forward pass -------------------------------------------------------------
+# Dense BF16 tensor-core peak and HBM bandwidth from NVIDIA's datasheets (nvidia2022h100, nvidia2024h200).
+GPUS = {"H100 SXM": {"flops": 989e12, "bytes_per_s": 3.35e12}, "H200": {"flops": 989e12, "bytes_per_s": 4.8e12}}
+
+
+def flash_forward_cost(batch_size: int, num_heads: int, seq_len: int, head_dim: int, *, causal: bool,
+                       block_m: int, elem_bytes: int = 2) -> dict:
+    """FLOPs and HBM bytes of the forward kernel. FLOPs: the two products q k^T and p v,
+    2 N^2 d each per head (half of it causal). Bytes, two bounds: ``compulsory`` reads q, k, v
+    and writes out once (and the fp32 lse); ``no_reuse`` adds that each of the N / BLOCK_M
+    programs of a head reads all of K and V it visits from HBM, as if the L2 cache kept nothing."""
+    frac = 0.5 if causal else 1.0
+    heads = batch_size * num_heads
+    flops = 4 * heads * seq_len**2 * head_dim * frac
+    tensor = heads * seq_len * head_dim * elem_bytes
+    compulsory = 4 * tensor + heads * seq_len * 4
+    programs = -(-seq_len // block_m)
+    no_reuse = 2 * tensor + heads * seq_len * 4 + programs * 2 * tensor * frac
+    return {"flops": flops, "compulsory_bytes": compulsory, "no_reuse_bytes": no_reuse}
+
+
+def roofline_seconds(cost: dict, gpu: str, bytes_key: str = "compulsory_bytes") -> float:
+    """The roofline's lower bound on the time: the slower of computing at peak and moving the bytes at peak."""
+    spec = GPUS[gpu]
+    return max(cost["flops"] / spec["flops"], cost[bytes_key] / spec["bytes_per_s"])
