@@ -319,7 +319,7 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=300,
                    help="wall-clock seconds per student and chapter (default 300)")
     p.add_argument("--memory-mb", type=int, default=4096,
-                   help="memory limit per student and chapter in MB (RLIMIT_AS; 0: none; default 4096)")
+                   help="memory limit per student and chapter in MB (RLIMIT_DATA per process; 0: none; default 4096)")
     p.add_argument("--threads", type=int, default=1, help="torch/OpenMP/BLAS threads per child (default 1)")
     p.add_argument("--cuda-devices", default="",
                    help="GPUs the children may see, shared round-robin, e.g. '0,1' (default: none, CPU only)")

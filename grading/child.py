@@ -167,8 +167,9 @@ class Collector:
 
 
 def apply_limits(spec: dict):
-    """Memory (``RLIMIT_AS``; ``RLIMIT_DATA`` when a GPU is visible, because CUDA reserves
-    far more address space than it uses), file size, CPU seconds, processes (threads
+    """Memory (``RLIMIT_DATA``: what a process allocates, heap and private mappings, not the
+    address space its libraries reserve; a CUDA build of torch maps gigabytes of libraries
+    on import even on a machine without a GPU, which ``RLIMIT_AS`` would count), file size, CPU seconds, processes (threads
     count too; the kernel applies it to any user but root, which is why a root-run batch
     drops to ``nobody`` in the sandbox), open files, no core dumps. Limits only go down:
     a limit the parent already set lower is kept."""
@@ -189,8 +190,7 @@ def apply_limits(spec: dict):
         resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
     memory_mb = int(spec.get("memory_mb", 0))
     if memory_mb > 0:
-        which = resource.RLIMIT_DATA if spec.get("gpu_visible") else resource.RLIMIT_AS
-        resource.setrlimit(which, (memory_mb * 2**20, memory_mb * 2**20))
+        resource.setrlimit(resource.RLIMIT_DATA, (memory_mb * 2**20, memory_mb * 2**20))
 
 
 def main(argv: list[str]) -> int:
