@@ -45,6 +45,17 @@ BIN = 512  # tokens per point of the loss-by-position curves
 METHODS = ("none", "yarn", "pi", "ntk")  # the two of the records first
 
 
+def _cpu_name() -> str:
+    """The CPU's model name (Linux), else the architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def sdpa(q, k, v, mask):
     """``modellab`` attention signature on top of PyTorch's fused attention (grouped KV heads)."""
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # (B, H, T, d)
@@ -80,8 +91,8 @@ def measure(methods=METHODS, factor=FACTOR, log=print, on_method=None) -> dict:
     lengths = [n for n in range(BIN * 2, length + 1, BIN * 2)]
     out = {
         "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs ({platform.processor() or 'cpu'}), "
-                   f"torch {torch.__version__} with {torch.get_num_threads()} threads",
+        "machine": f"{_cpu_name()}, {os.cpu_count()} CPUs, torch {torch.__version__} with "
+                   f"{torch.get_num_threads()} threads",
         "python": sys.version.split()[0],
         "model": f"{modellab.load.WHEEL}: {modellab.load.GGUF_NAME}",
         "text": f"{modellab.text.SOURCE} + 'compound', {length} tokens",
