@@ -13,6 +13,7 @@ cached, at their absolute positions (Llama's convention).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -40,12 +41,19 @@ def rms_norm(x, weight, eps):
     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
 
 
-def rope(x, positions, theta):
-    """Rotate ``x`` (B, H, T, d) at ``positions`` (T,): pair (i, i + d/2) by angle positions * theta**(-2i/d)."""
+def rope(x, positions, theta, inv_freq=None, attention_factor=1.0):
+    """Rotate ``x`` (B, H, T, d) at ``positions`` (T,): pair (i, i + d/2) by angle positions * inv_freq[i].
+
+    ``inv_freq`` (d/2,) defaults to theta**(-2i/d); a scaled RoPE (Chapter 9) passes its own,
+    and YaRN's ``attention_factor`` multiplies cos and sin (so q.k by its square), as
+    ``transformers`` does. Angles in fp32, like ``transformers``."""
     d = x.shape[-1]
-    inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d)  # (d/2,)
-    angles = positions.float()[:, None] * inv_freq[None, :]  # (T, d/2)
+    if inv_freq is None:
+        inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d)  # (d/2,)
+    angles = positions.float()[:, None] * inv_freq.float()[None, :]  # (T, d/2)
     cos, sin = torch.cat([angles, angles], dim=-1).cos(), torch.cat([angles, angles], dim=-1).sin()  # (T, d)
+    if attention_factor != 1.0:
+        cos, sin = cos * attention_factor, sin * attention_factor
     rotated = torch.cat([-x[..., d // 2:], x[..., : d // 2]], dim=-1)  # rotate_half
     return x * cos + rotated * sin
 
@@ -75,6 +83,20 @@ class Llama:
             )
             for layer in m.layers
         ]
+        self.inv_freq = None  # (d/2,) or None: the default RoPE frequencies theta**(-2i/d)
+        self.attention_factor = 1.0  # YaRN's factor on cos and sin (Chapter 9)
+
+    def with_rope(self, inv_freq=None, attention_factor=1.0) -> "Llama":
+        """The same weights (shared, not copied) with other RoPE frequencies: ``inv_freq``
+        (head_dim/2,) and an ``attention_factor`` on cos and sin (Chapter 9's scaled RoPE)."""
+        d = self.config.head_dim
+        if inv_freq is not None and (not isinstance(inv_freq, torch.Tensor) or inv_freq.shape != (d // 2,)):
+            raise ValueError(f"inv_freq must be a tensor of shape ({d // 2},), got {getattr(inv_freq, 'shape', inv_freq)!r}")
+        if not isinstance(attention_factor, (int, float)) or isinstance(attention_factor, bool) or attention_factor <= 0:
+            raise ValueError(f"attention_factor must be a positive number, got {attention_factor!r}")
+        other = copy.copy(self)
+        other.inv_freq, other.attention_factor = inv_freq, float(attention_factor)
+        return other
 
     def new_cache(self, make_layer=DenseCache, **kwargs) -> ModelCache:
         """A fresh :class:`ModelCache` with one ``make_layer()`` per layer (dense by default)."""
@@ -97,7 +119,8 @@ class Llama:
             q = F.linear(n, w.wq).view(B, T, c.num_heads, c.head_dim).transpose(1, 2)  # (B, H, T, d)
             k = F.linear(n, w.wk).view(B, T, c.num_kv_heads, c.head_dim).transpose(1, 2)  # (B, H_kv, T, d)
             v = F.linear(n, w.wv).view(B, T, c.num_kv_heads, c.head_dim).transpose(1, 2)
-            q, k = rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta)
+            q = rope(q, positions, c.rope_theta, self.inv_freq, self.attention_factor)
+            k = rope(k, positions, c.rope_theta, self.inv_freq, self.attention_factor)
             if capture_keys is not None:
                 capture_keys.append(k)
             cache.append(i, k, v)
