@@ -422,4 +422,5 @@ def test_model_lab_solution_graded_as_a_submission_gets_full_marks(tmp_path):
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [r for r in read_rows(tmp_path / "out") if r["exercise"]]
-    assert rows and all(r["status"] in ("passed", "skipped") for r in rows), rows
+    assert rows and all(r["status"] in ("passed", "skipped") for r in rows), \
+        [(r["exercise"], r["status"], r["message"]) for r in rows]

@@ -215,8 +215,9 @@ def test_instructor_files_are_unchanged(graded):
     assert not changed, changed
     assert not (graded["home"] / "pwned").exists()
     assert not graded["canary"].exists()
-    text = (graded["out"] / "gradebook.csv").read_text()
-    assert "forged" not in text
+    # The attack appends a line "forged" (a note may quote the cell's source; that is fine).
+    lines = (graded["out"] / "gradebook.csv").read_text().splitlines()
+    assert "forged" not in lines
 
 
 def test_nothing_outlives_its_sandbox_and_nothing_leaves_it(graded):
