@@ -175,9 +175,10 @@ def wrap(argv: list[str], *, work: Path, hide: list[Path], uid: int | None = Non
             cmd += ["--dev-bind", str(dev), str(dev)]
         cmd += ["--ro-bind", "/sys", "/sys"]
     covered = [ROOT / name for name in HIDDEN_IN_REPO] + [Path(h).resolve() for h in hide]
-    for folder in covered:
-        if folder.exists() and any(_within(folder, v) for v in visible):
-            cmd += ["--tmpfs", str(folder)]
+    for path in covered:
+        if path.exists() and any(_within(path, v) for v in visible):
+            # A folder gets an empty one over it; a file (``.git`` in a git worktree) an empty file.
+            cmd += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
     model_cache = os.environ.get("MODELLAB_CACHE")
     for name in VISIBLE_IN_BUILD:
         kept = Path(model_cache) if (name == "modellab" and model_cache) else BUILD / name
