@@ -61,9 +61,9 @@ class CellDidNotRun(AttributeError):
     grader reports it once per exercise, as the cell and its error, not as a traceback."""
 
     def __init__(self, name: str, notebook: str, problems: list["CellProblem"]):
-        self.name, self.notebook, self.problems = name, notebook, list(problems)
-        cells = "; ".join(f"cell {p.cell}: {p.message}" for p in self.problems)
-        super().__init__(f"`{name}` is not defined: {notebook} has a cell that did not run ({cells})")
+        cells = "; ".join(f"cell {p.cell}: {p.message}" for p in problems)
+        super().__init__(f"`{name}` is not defined: {notebook} has a cell that did not run ({cells})", name=name)
+        self.notebook, self.problems = notebook, list(problems)
 
     @property
     def cells(self) -> tuple[int, ...]:

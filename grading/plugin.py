@@ -239,13 +239,19 @@ def raised_where(exc: BaseException) -> str:
     return ""
 
 
-def _cell_did_not_run(exc: BaseException) -> CellDidNotRun | None:
+def _cell_did_not_run(item, exc: BaseException) -> CellDidNotRun | None:
     """The load error behind a failure: a name the test needs is missing because its
-    cell did not run (possibly raised inside the grader's own code, so follow the chain)."""
+    cell did not run. The grader asked for it (``CellDidNotRun``, possibly chained), or
+    the student's code did (a ``NameError`` in a notebook whose cells did not all run)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, CellDidNotRun):
             return exc
+        if isinstance(exc, NameError) and getattr(exc, "name", None):
+            notebook = getattr(item, "funcargs", {}).get("nb")
+            errors = getattr(notebook, "errors", None) if notebook is not None else None
+            if errors:
+                return CellDidNotRun(exc.name, notebook.name, errors)
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
@@ -267,7 +273,7 @@ def student_message(item, excinfo) -> str:
     exc = excinfo.value
     exercise = _exercise(item)
     label = f"Exercise {exercise}" if exercise else item.name
-    load_error = _cell_did_not_run(exc)
+    load_error = _cell_did_not_run(item, exc)
     if load_error is not None:
         reported = item.config._grading.load_errors_reported
         key = (chapter_stem(item.path), exercise, load_error.cells)
@@ -306,7 +312,7 @@ def pytest_runtest_makereport(item, call):
             report.longrepr = student_message(item, call.excinfo)
             # The structured outcome the batch grader records as it is (no text parsed back).
             exc = call.excinfo.value
-            load_error = _cell_did_not_run(exc)
+            load_error = _cell_did_not_run(item, exc)
             report.user_properties += [("status", classify(exc).value),
                                        ("summary", summary(load_error or exc, raised_where(exc)))]
         return report
