@@ -7,6 +7,7 @@ tensors the largest error and the first element that is out of tolerance.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import torch
@@ -16,23 +17,81 @@ class GradingFailure(AssertionError):
     """A wrong answer. Its message is shown to the student as it is."""
 
 
+DESCRIBE_CHARS = 60  # one argument's description; longer ones are cut between whole items
+
+
+def _cut(items: list[str], opening: str, closing: str) -> str:
+    """``opening + ", ".join(items) + closing``, keeping whole items: when too long, the
+    first items that fit and then ``...`` (never half a name or half a number)."""
+    kept: list[str] = []
+    for item in items:
+        if len(opening) + len(", ".join(kept + [item, "..."])) + len(closing) > DESCRIBE_CHARS and kept:
+            return opening + ", ".join(kept + ["..."]) + closing
+        kept.append(item)
+    return opening + ", ".join(kept) + closing
+
+
 def describe(value: Any) -> str:
-    """Short description of an argument: tensors by shape and dtype, never by value."""
+    """Short description of an argument: tensors by shape and dtype, never by value;
+    a dataclass by the fields that differ from their defaults; a long list by its
+    length. What is cut is cut between whole items, never inside a name."""
     if isinstance(value, torch.Tensor):
         dtype = str(value.dtype).replace("torch.", "")
         return f"tensor{tuple(value.shape)} {dtype}" + ("" if value.device.type == "cpu" else f" on {value.device}")
-    if isinstance(value, (list, tuple)) and len(value) > 6:
-        return f"{type(value).__name__} of {len(value)}"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = [f for f in dataclasses.fields(value) if f.repr]
+        shown = [f"{f.name}={describe(getattr(value, f.name))}" for f in fields
+                 if f.default is dataclasses.MISSING or getattr(value, f.name) != f.default]
+        return f"{type(value).__name__}({', '.join(shown)})"  # every field the caller set, whole
+    if isinstance(value, (list, tuple)):
+        if len(value) > 6:
+            return f"{type(value).__name__} of {len(value)}"
+        items = [describe(v) for v in value]
+        if isinstance(value, tuple):
+            return _cut(items, "(", ",)" if len(items) == 1 else ")")
+        return _cut(items, "[", "]")
+    if isinstance(value, dict):
+        return _cut([f"{k!r}: {describe(v)}" for k, v in value.items()], "{", "}")
     if callable(value) and hasattr(value, "__name__"):  # torch.exp2, not "<built-in method ...>"
         module = "torch" if getattr(torch, value.__name__, None) is value else getattr(value, "__module__", None)
         return f"{module}.{value.__name__}" if module else value.__name__
     text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    if len(text) <= DESCRIBE_CHARS:
+        return text
+    if isinstance(value, str):  # cut between words
+        return repr(value[: value.rfind(" ", 0, DESCRIBE_CHARS - 8)] + " ...")
+    return f"<{type(value).__name__}>"  # an object whose repr does not fit: its type, never half of it
+
+
+def args_text(*args, **kwargs) -> str:
+    """``tensor(5, 16) float32, bits=4``: the arguments of a call as :func:`call_text` writes them."""
+    return ", ".join([describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()])
 
 
 def call_text(name: str, *args, **kwargs) -> str:
-    parts = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()]
-    return f"{name}({', '.join(parts)})"
+    """``name(arg, ..., key=value)``. Every argument is kept, each described whole
+    (:func:`describe`): the argument a test varies is never the one cut away."""
+    return f"{name}({args_text(*args, **kwargs)})"
+
+
+def chunks_text(sizes) -> str:
+    """A stream of chunk lengths as a test id writes it: ``[1] * 23``, ``[3, 6, 1]``, or
+    ``37 chunks, 91 tokens: [1, 2, 3, 4, ...]``, always with the whole stream's length."""
+    sizes = list(sizes)
+    if len(sizes) > 1 and len(set(sizes)) == 1:
+        return f"[{sizes[0]}] * {len(sizes)}"
+    if len(sizes) <= 8:
+        return str(sizes)
+    return f"{len(sizes)} chunks, {sum(sizes)} tokens: [{', '.join(map(str, sizes[:4]))}, ...]"
+
+
+def _pair(expected: float, got: float) -> tuple[str, str]:
+    """Expected and got with enough significant digits to tell them apart (6 at least)."""
+    for digits in range(6, 18):
+        e, g = f"{expected:.{digits}g}", f"{got:.{digits}g}"
+        if e != g:
+            return e, g
+    return f"{expected!r}", f"{got!r}"
 
 
 def assert_equal(got: Any, expected: Any, call: str) -> None:
@@ -91,11 +150,12 @@ def assert_close(
     if bad.any():
         idx = tuple(int(i) for i in bad.nonzero()[0]) if g.dim() else ()
         max_err = err.max().item()
+        want, have = _pair(e[idx].item(), g[idx].item())
         raise GradingFailure(
             f"{call}: {what} is wrong\n"
             f"  max abs error {max_err:.3g} (tolerance atol={atol:g}, rtol={rtol:g}); "
             f"{int(bad.sum())} of {bad.numel()} elements out of tolerance\n"
-            f"  first at index {idx}: expected {e[idx].item():.6g}, got {g[idx].item():.6g}"
+            f"  first at index {idx}: expected {want}, got {have} (off by {err[idx].item():.3g})"
         )
 
 

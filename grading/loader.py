@@ -55,6 +55,21 @@ class NotImplementedExercise(NotImplementedError):
     """A value the student has not filled in yet (a stub placeholder)."""
 
 
+class CellDidNotRun(AttributeError):
+    """A name the grader needs is missing because a notebook cell failed when it was
+    loaded (a SyntaxError, an IndentationError, an exception at the top level). The
+    grader reports it once per exercise, as the cell and its error, not as a traceback."""
+
+    def __init__(self, name: str, notebook: str, problems: list["CellProblem"]):
+        cells = "; ".join(f"cell {p.cell}: {p.message}" for p in problems)
+        super().__init__(f"`{name}` is not defined: {notebook} has a cell that did not run ({cells})", name=name)
+        self.notebook, self.problems = notebook, list(problems)
+
+    @property
+    def cells(self) -> tuple[int, ...]:
+        return tuple(p.cell for p in self.problems)
+
+
 @dataclass
 class CellProblem:
     cell: int  # index among all cells, as Jupyter counts them (0-based)
@@ -92,8 +107,9 @@ class LoadedNotebook:
             raise NotImplementedExercise(self.placeholders[item])
         if item in namespace:
             return namespace[item]
-        detail = "; ".join(str(p) for p in self.errors) or "no cell defines it"
-        raise AttributeError(f"{self.name} does not define `{item}` ({detail})")
+        if self.errors:
+            raise CellDidNotRun(item, self.name, self.errors)
+        raise AttributeError(f"{self.name} does not define `{item}` (no cell defines it)")
 
     def has(self, item: str) -> bool:
         return item in self.module.__dict__
@@ -119,6 +135,9 @@ def _strip_ipython(source: str) -> tuple[str, list[str]]:
 
 def _describe(exc: BaseException, filename_prefix: str) -> str:
     """One line: the exception and the notebook line that raised it."""
+    if isinstance(exc, SyntaxError):  # IndentationError too: no frame, the line is on the exception
+        text = (exc.text or "").strip()
+        return f"{type(exc).__name__}: {exc.msg} (line {exc.lineno}{f': `{text}`' if text else ''})"
     where = ""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         if frame.filename.startswith(filename_prefix):

@@ -27,7 +27,7 @@ from grading.layout import EXERCISE_ID, ROOT, all_markers, chapter_of_test_file,
 from grading.catalogue import Bug, load_catalogue
 from grading.outcome import classify, earned, summary
 from grading.compare import GradingFailure
-from grading.loader import NotebookLoadError, load_notebook, read_notebook
+from grading.loader import CellDidNotRun, NotebookLoadError, load_notebook, read_notebook
 
 
 
@@ -85,6 +85,7 @@ class GradingState:
         self.stub_checked = 0
         self.bug_runs: dict[str, list[str]] = {}  # "stem/bug" -> tests that rejected it
         self.bug_why: dict[str, str] = {}
+        self.load_errors_reported: set[tuple] = set()  # (stem, exercise, cells): said once per exercise
 
     # -- loading ---------------------------------------------------------------
     def notebook_dir(self) -> Path:
@@ -238,11 +239,47 @@ def raised_where(exc: BaseException) -> str:
     return ""
 
 
+def _cell_did_not_run(item, exc: BaseException) -> CellDidNotRun | None:
+    """The load error behind a failure: a name the test needs is missing because its
+    cell did not run. The grader asked for it (``CellDidNotRun``, possibly chained), or
+    the student's code did (a ``NameError`` in a notebook whose cells did not all run)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, CellDidNotRun):
+            return exc
+        if isinstance(exc, NameError) and getattr(exc, "name", None):
+            notebook = getattr(item, "funcargs", {}).get("nb")
+            errors = getattr(notebook, "errors", None) if notebook is not None else None
+            if errors:
+                return CellDidNotRun(exc.name, notebook.name, errors)
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def load_error_message(label: str, error: CellDidNotRun, first: bool) -> str:
+    """One paragraph for the first test of an exercise that a broken cell stops, one line
+    for every later one: a typo is reported once, not once per test, and without internals."""
+    if not first:
+        return f"{label}: not graded: cell {', '.join(map(str, error.cells))} did not run (reported above)"
+    lines = [f"{label}: not graded: `{error.name}` is not defined because a cell of {error.notebook} did not run"]
+    lines += [f"  cell {p.cell}: {p.message}" for p in error.problems]
+    lines.append("  Fix that cell (run it in Jupyter to see the error), then grade again.")
+    return "\n".join(lines)
+
+
 def student_message(item, excinfo) -> str:
     """What the student sees instead of a traceback (the terminal's long form)."""
     exc = excinfo.value
     exercise = _exercise(item)
     label = f"Exercise {exercise}" if exercise else item.name
+    load_error = _cell_did_not_run(item, exc)
+    if load_error is not None:
+        reported = item.config._grading.load_errors_reported
+        key = (chapter_stem(item.path), exercise, load_error.cells)
+        first = key not in reported
+        reported.add(key)
+        return load_error_message(label, load_error, first)
     if isinstance(exc, NotImplementedError):
         m = EXERCISE_ID.search(str(exc))
         return f"{'Exercise ' + m.group(1) if m else label} not implemented yet ({exc})"
@@ -275,8 +312,9 @@ def pytest_runtest_makereport(item, call):
             report.longrepr = student_message(item, call.excinfo)
             # The structured outcome the batch grader records as it is (no text parsed back).
             exc = call.excinfo.value
+            load_error = _cell_did_not_run(item, exc)
             report.user_properties += [("status", classify(exc).value),
-                                       ("summary", summary(exc, raised_where(exc)))]
+                                       ("summary", summary(load_error or exc, raised_where(exc)))]
         return report
     if call.when != "call" or report.skipped:
         return report

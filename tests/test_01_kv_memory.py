@@ -169,6 +169,22 @@ def test_max_batch_size(nb, device, weights, bpt, seq_len, reserve, page):
                  call_text("max_batch_size", device, weights, bpt, seq_len, reserve_bytes=reserve, page_size=page))
 
 
+@pytest.mark.ex1_6
+@pytest.mark.parametrize(
+    "kwargs,names",
+    [
+        (dict(seq_len=0), "seq_len"),
+        (dict(page_size=0), "page_size"),
+        (dict(device_bytes=0), "device_bytes"),
+        (dict(weight_bytes=-1), "weight_bytes"),
+    ],
+    ids=["zero-seq-len", "zero-page-size", "zero-device", "negative-weights"],
+)
+def test_max_batch_size_rejects_bad_input(nb, kwargs, names):
+    args = dict(device_bytes=10**6, weight_bytes=0, bytes_per_token=4, seq_len=16) | kwargs
+    assert_raises(nb.max_batch_size, exc=ValueError, names=names, **args)
+
+
 VARIANTS = [
     # id, config kwargs (besides name)
     ("mha-L32-H32-D128", dict(num_layers=32, num_heads=32, num_kv_heads=32, head_dim=128)),

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
 
-from grading.compare import GradingFailure, assert_close, assert_equal, assert_raises, call_text
+from grading.compare import GradingFailure, assert_close, assert_equal, assert_raises, call_text, chunks_text
 from tests.references import ref_03_quantized_kv_cache as ref
 
 FP16_RTOL = 2.0**-10  # one fp16 ulp, relative
@@ -117,7 +117,7 @@ def test_dequantize_int8_reconstruction(nb, name, make, dtype):
     # Half a step, except where the fp16 scale rounded down so far that the code was
     # clamped at 127 (or underflowed to 0): there the error is what the clamp cut off.
     half_step = torch.maximum(0.5 * s * (1 + 1e-3), x.double().abs() - ref.INT8_QMAX * s)
-    check_within_step(x_hat, x.double(), half_step, f"round trip of quantize_int8({call_text('', x)[2:-1]})",
+    check_within_step(x_hat, x.double(), half_step, f"round trip of {call_text('quantize_int8', x)}",
                       "the reconstruction")
 
 
@@ -361,7 +361,7 @@ def test_unpack_int4(nb, name, shape):
     if not isinstance(got, torch.Tensor) or got.dtype != torch.uint8:
         raise GradingFailure(f"{call} must return a uint8 tensor, got {getattr(got, 'dtype', type(got).__name__)}")
     assert_close(got, ref.unpack_int4(packed), call, atol=0)
-    assert_close(nb.pack_int4(got), packed, f"pack_int4(unpack_int4({call_text('', packed)[2:-1]}))", atol=0)
+    assert_close(nb.pack_int4(got), packed, f"pack_int4({call_text('unpack_int4', packed)})", atol=0)
 
 
 @pytest.mark.ex3_4
@@ -455,7 +455,8 @@ def filled_cache(nb, shape, bits, g, sizes, dtype, seed=0):
 @pytest.mark.parametrize("name,shape,bits,g,sizes,dtype", CACHE_CASES, ids=[c[0] for c in CACHE_CASES])
 def test_cache_keys_values(nb, name, shape, bits, g, sizes, dtype):
     cache, k, v = filled_cache(nb, shape, bits, g, sizes, dtype)
-    call = f"QuantizedKVCache{shape[:2] + shape[3:]}, bits={bits}, group_size={g}) after appends of {sizes[:4]}..."
+    B, H, _, d = shape
+    call = f"QuantizedKVCache({B}, {H}, {d}, bits={bits}, group_size={g}) after appending chunks {chunks_text(sizes)}"
     assert_equal(len(cache), shape[2], f"len({call})")
     out = cache.keys_values()
     if not (isinstance(out, tuple) and len(out) == 2):

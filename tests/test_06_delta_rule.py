@@ -399,7 +399,7 @@ def test_layer_keeps_no_state_between_calls(nb):
 
 
 @pytest.mark.ex6_6
-@pytest.mark.parametrize("method,shape,names", [("forward", (2, 5, 23), "x"), ("step", (2, 1, 24), "x")],
+@pytest.mark.parametrize("method,shape,names", [("forward", (2, 5, 23), "x"), ("step", (2, 1, 24), "x_t")],
                          ids=["forward-wrong-d-model", "step-3d"])
 def test_layer_rejects_bad_input(nb, method, shape, names):
     layer, x, weights = make_layer(nb)

@@ -5,6 +5,8 @@ greedy tokens must equal those of transformers' own generate(), an implementatio
 shares no code with ours. Perplexity is compared with an fp64 loop."""
 
 import math
+import os
+import traceback
 
 import pytest
 import torch
@@ -72,6 +74,48 @@ def test_growing_cache_rejects_bad_input(nb):
 
 
 @needs_model
+class WatchedCache:
+    """The student's layer cache as the model uses it, with what it was given and what it
+    gave back, so that an error the model raises can be told in terms of the cache."""
+
+    def __init__(self, cache, layer):
+        self.cache, self.layer = cache, layer
+        self.appended = 0
+        self.returned = None  # the shapes keys_values() returned last
+
+    def append(self, k, v):
+        self.cache.append(k, v)
+        self.appended += k.shape[2]
+
+    def keys_values(self):
+        out = self.cache.keys_values()
+        self.returned = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in out] \
+            if isinstance(out, tuple) else type(out).__name__
+        return out
+
+    def nbytes(self):
+        return self.cache.nbytes()
+
+
+def raised_in_modellab(exc):
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and f"{os.sep}modellab{os.sep}" in frames[-1].filename
+
+
+def translate(exc, layers, name):
+    """An error raised inside modellab, told as what the student's cache did."""
+    layer = next((c for c in reversed(layers) if c.returned is not None), None)
+    said = f"(the model said: {type(exc).__name__}: {exc})"
+    if layer is None:
+        return f"SmolLM2 could not use {name}: it failed before any keys_values() returned {said}"
+    shapes = layer.returned
+    if isinstance(shapes, list) and len(shapes) == 2 and all(isinstance(x, tuple) for x in shapes):
+        return (f"SmolLM2 could not use {name}: in layer {layer.layer}, after {layer.appended} token(s) were appended, "
+                f"keys_values() returned keys {shapes[0]} and values {shapes[1]}; the model needs (B, H_kv, "
+                f"{layer.appended}, d) each, every token appended so far {said}")
+    return f"SmolLM2 could not use {name}: in layer {layer.layer}, keys_values() returned {shapes}; expected (k, v) {said}"
+
+
 @pytest.mark.ex8_1
 @pytest.mark.points(3)
 @pytest.mark.parametrize("initial", [1, 16], ids=["capacity1-grows-every-token", "capacity16"])
@@ -80,7 +124,18 @@ def test_model_generates_with_your_cache(nb, model, initial):
     prompt = tokenizer("The key-value cache of a transformer grows with", return_tensors="pt").input_ids  # (1, T)
     with torch.no_grad():
         expected = hf_model.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False)[0, prompt.shape[1]:].tolist()
-    got = ours.generate(prompt, ours.new_cache(lambda: nb.GrowingKVCache(initial)), max_new_tokens=NEW_TOKENS)
+    layers = []
+
+    def make_layer():
+        layers.append(WatchedCache(nb.GrowingKVCache(initial), len(layers)))
+        return layers[-1]
+
+    try:
+        got = ours.generate(prompt, ours.new_cache(make_layer), max_new_tokens=NEW_TOKENS)
+    except Exception as exc:
+        if not raised_in_modellab(exc):
+            raise  # the student's own code raised: the plugin shows the notebook line
+        raise GradingFailure(translate(exc, layers, f"GrowingKVCache({initial})")) from None
     if got != expected:
         raise GradingFailure(
             f"SmolLM2 generating through GrowingKVCache({initial}) gave different greedy tokens than transformers\n"

@@ -4,7 +4,7 @@ from grading.catalogue import Bug
 
 BUGS = [
     Bug("pages_floor_not_ceil", "2.1", "divides with floor, so the partial last page is not counted",
-        code="_check_count(\"num_tokens\", num_tokens, minimum=0)\n_check_count(\"page_size\", page_size)\n"
+        code="_check_int(\"num_tokens\", num_tokens, minimum=0)\n_check_int(\"page_size\", page_size)\n"
              "return num_tokens // page_size", tests="pages_needed"),
     Bug("allocation_keeps_pages_it_got", "2.2", "pops pages one at a time and raises when the list runs dry, "
         "leaking the pages it already took",

@@ -55,6 +55,13 @@ BUGS = [
         old="m_safe = torch.where(m_new == -math.inf, 0.0, m_new)", new="m_safe = m_new", tests="online_update"),
     Bug("score_matrix_materialised", "5.5", "builds the whole N_q x N_k score matrix (and reports tiles it never used)",
         code=MATERIALISED, tests="materialises"),
+    # -- accumulates in the input dtype (issue 16, item 3): what the fp16/bf16 tolerances
+    #    derived from SDPA's error must reject
+    Bug("flash_accumulates_in_input_dtype", "5.5", "keeps m, l and acc (and the scores) in fp16/bf16 instead of fp32",
+        old="    dtype = _acc_dtype(q.dtype)\n    # Scores in base 2", new="    dtype = q.dtype\n    # Scores in base 2",
+        tests="test_forward"),
+    Bug("softmax_accumulates_in_input_dtype", "5.1", "sums the exponentials of an fp16 vector in fp16",
+        old="xs = x.to(_acc_dtype(x.dtype))", new="xs = x", tests="online_softmax"),
     Bug("gqa_heads_mixed_up", "5.5", "sends query head h to KV head h % H_kv instead of h // G",
         old="q_grouped = q.reshape(B, H_kv, G, N_q, d)", new="q_grouped = q.reshape(B, G, H_kv, N_q, d).transpose(1, 2)",
         tests="test_forward"),

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 
 import nbformat
 import pytest
 
 from grading.catalogue import Bug
-from grading.loader import NotebookLoadError, NotImplementedExercise, load_notebook
+from grading.layout import ROOT, SOLUTIONS, TESTS
+from grading.loader import CellDidNotRun, NotebookLoadError, NotImplementedExercise, load_notebook
 from grading.regions import RegionError, find_regions, replace_regions, stub_lines
 from grading.stubs import make_stub
 
@@ -111,8 +114,30 @@ def test_loader_skips_magics_tags_and_survives_errors(tmp_path):
     kinds = [(p.cell, p.kind) for p in loaded.problems]
     assert (1, "skipped") in kinds and (2, "skipped") in kinds
     assert (3, "error") in kinds and (4, "error") in kinds
-    with pytest.raises(AttributeError, match="cell 3: error: RuntimeError: boom"):
+    with pytest.raises(CellDidNotRun, match="cell 3: RuntimeError: boom"):
         loaded.undefined_name
+
+
+def test_a_cell_that_does_not_compile_is_described_by_its_line(tmp_path):
+    loaded = load_notebook(write(tmp_path, notebook("def f():\n    return 1\n      x = 2", "g = 1")))
+    assert loaded.g == 1
+    with pytest.raises(CellDidNotRun, match=r"cell 1: IndentationError: unexpected indent \(line 3: `x = 2`\)"):
+        loaded.f
+
+
+def test_a_load_error_is_reported_once_per_exercise_without_internals(tmp_path):
+    """Issue 16: one typo in one cell printed 104 tracebacks of pytest internals."""
+    nb = nbformat.read(SOLUTIONS / "01_kv_memory.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if "def kv_bytes_per_token" in c.source)
+    cell.source = cell.source.replace("    _check_int(\"num_layers\", num_layers)", "      _check_int(\"num_layers\", num_layers)")
+    nbformat.write(nb, tmp_path / "01_kv_memory.ipynb")
+    run = subprocess.run([sys.executable, "-m", "pytest", str(TESTS / "test_01_kv_memory.py"), "--notebooks", str(tmp_path),
+                          "-m", "ex1_1 or ex1_2", "-q", "-p", "no:cacheprovider"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=600)
+    out = run.stdout
+    assert out.count("IndentationError: unexpected indent") == 2, out[-3000:]  # once for 1.1, once for 1.2
+    assert "not graded: cell" in out and "(reported above)" in out
+    assert "pluggy" not in out and "Traceback" not in out and "_pytest" not in out
 
 
 def test_loader_rejects_non_notebooks(tmp_path):
