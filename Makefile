@@ -34,10 +34,16 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 install: $(STAMP)
 
 # jupyter-cache (execute_notebooks: cache) re-executes only notebooks whose code changed.
-book: $(STAMP)
+book: $(STAMP) $(MODEL_CACHE)
 	$(BIN)/jupyter-book build . -W --keep-going
 
-test: $(STAMP)
+# The real model is de-quantized from its GGUF once per checkout (20 s to minutes on a small
+# CPU); do it before the graders, whose per-test timeout must not pay for it.
+MODEL_CACHE := _build/modellab/smollm2-135m-instruct-fp32/model.safetensors
+$(MODEL_CACHE): $(STAMP)
+	$(BIN)/python -c "from modellab.load import prepare_cache; prepare_cache()"
+
+test: $(STAMP) $(MODEL_CACHE)
 	$(BIN)/python -m grading.stubs --check
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --prove --nbval --nbval-current-env --ignore=tests/browser tests/ solutions/
 	$(MAKE) --no-print-directory test-portable-outputs
