@@ -57,6 +57,16 @@ class ChildResult:
     def finished(self) -> bool:
         return bool(self.of("done"))
 
+    @property
+    def peak_rss_mb(self) -> float | None:
+        """The grading process's peak resident memory in MiB, as it reported at the end
+        (with that of the largest subprocess it ran added); None if it never finished."""
+        done = self.of("done")
+        if not done:
+            return None
+        kb = done[-1].get("max_rss_kb", 0) + done[-1].get("children_max_rss_kb", 0)
+        return kb / 1024 if isinstance(kb, (int, float)) else None
+
 
 def child_env(work: Path, threads: int, cuda_devices: str) -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "VIRTUAL_ENV", "PYTHONPATH", "LD_LIBRARY_PATH")

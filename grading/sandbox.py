@@ -177,7 +177,8 @@ def wrap(argv: list[str], *, work: Path, hide: list[Path], uid: int | None = Non
     covered = [ROOT / name for name in HIDDEN_IN_REPO] + [Path(h).resolve() for h in hide]
     for folder in covered:
         if folder.exists() and any(_within(folder, v) for v in visible):
-            cmd += ["--tmpfs", str(folder)]
+            # A git worktree's .git is a file (it names the real one): covered by an empty file.
+            cmd += ["--tmpfs", str(folder)] if folder.is_dir() else ["--ro-bind", "/dev/null", str(folder)]
     model_cache = os.environ.get("MODELLAB_CACHE")
     for name in VISIBLE_IN_BUILD:
         kept = Path(model_cache) if (name == "modellab" and model_cache) else BUILD / name
