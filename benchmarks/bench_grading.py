@@ -12,6 +12,17 @@
 - ``grade.hostile_suite_lost_rows``: rows missing from the gradebook of the hostile class
   (``tests/meta/test_hostile_submissions.py``: twelve attacks among two honest students).
 
+- ``grade.peak_rss_mb_max`` (issue 15): the largest, over chapters, of the memory a
+  Gradescope container must hold to grade that chapter: the grading child's peak resident
+  memory (``ru_maxrss``, as it reports at the end, with that of the largest subprocess it
+  ran) plus the peak of the front door beside it. Measured on ``solutions/`` submitted
+  through ``python -m grading.gradescope run``. Goal: within Gradescope's default 768 MB.
+- ``grade.gradescope_results_valid`` (issue 15): of the three simulated Gradescope runs
+  of Chapter 1 (solved, unsolved, crashing; built, unpacked and run as in
+  ``tests/meta/test_gradescope.py``), the fraction whose ``results.json`` validates
+  against ``tests/gradescope_results.schema.json`` and whose score equals the batch
+  grader's for the same notebook.
+
 They run the real command in a subprocess, exactly as an instructor would, on
 copies of ``solutions/``; a run that does not give full marks is reported in the note,
 a run that stops (exit status not 0) fails the module instead of recording a time.
@@ -20,6 +31,7 @@ a run that stops (exit status not 0) fails the module instead of recording a tim
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -100,6 +112,73 @@ def run() -> list[Record]:
         else:
             records.append(Record("grade.sandbox_overhead", float("nan"), "ratio", "<= 1.15",
                                   note=f"not measured: {sandbox.status().line}"))
+        records += gradescope_records(tmp / "gradescope", stems)
+    return records
+
+
+def peak_rss_record(base: Path, stems: list[str]) -> Record:
+    """Grade solutions/ (every chapter) through the Gradescope front door, read each
+    chapter's peak from results.json."""
+    import json
+
+    root = base / "peak-root"
+    (root / "submission").mkdir(parents=True)
+    for stem in stems:
+        shutil.copyfile(ROOT / "solutions" / f"{stem}.ipynb", root / "submission" / f"{stem}.ipynb")
+    proc = subprocess.run([sys.executable, "-m", "grading.gradescope", "run", "--root", str(root)], cwd=ROOT,
+                          capture_output=True, text=True)
+    results = json.loads((root / "results" / "results.json").read_text())
+    peaks = results.get("extra_data", {}).get("peak_rss_mb", {})
+    front = results.get("extra_data", {}).get("front_door_rss_mb", 0.0)
+    if proc.returncode != 0 or not peaks:
+        raise RuntimeError(f"grading.gradescope run failed: {results.get('output', '')[:300]} {proc.stderr[-300:]}")
+    worst = max(peaks, key=peaks.get)
+    return Record("grade.peak_rss_mb_max", peaks[worst] + front, "MB", "<= 700",
+                  note=f"worst {worst}; grading child per chapter (MiB): "
+                       + ", ".join(f"{s} {mb:.0f}" for s, mb in sorted(peaks.items()))
+                       + f"; front door {front:.0f}; score {results['score']:g}")
+
+
+def gradescope_records(base: Path, stems: list[str]) -> list[Record]:
+    """grade.peak_rss_mb_max and grade.gradescope_results_valid."""
+    import jsonschema
+    import nbformat
+
+    from grading import gradescope
+    from tests.meta.test_gradescope import SCHEMA, STEM, SUBMISSIONS, autograder_root, run_autograder
+
+    records = [peak_rss_record(base, stems)]
+    zip_path = gradescope.build(base / "build", chapters="1")
+    subs = base / "class"
+    scores = {}
+    for name, make in SUBMISSIONS.items():
+        root = autograder_root(zip_path, base / f"root-{name}")
+        nbformat.write(make(), root / "submission" / f"{STEM}.ipynb")
+        (subs / name).mkdir(parents=True)
+        nbformat.write(make(), subs / name / f"{STEM}.ipynb")
+        run_autograder(root)
+        scores[name] = json.loads((root / "results" / "results.json").read_text()) if (
+            root / "results" / "results.json").exists() else {}
+    out = base / "batch-out"
+    proc = subprocess.run([sys.executable, "-m", "grading.batch", str(subs), "--out", str(out), "--chapters", "1",
+                           "--quiet"], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"grading.batch exited with {proc.returncode}: {proc.stderr[-500:]}")
+    with open(out / "gradebook.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    good, notes = 0, []
+    for name, results in scores.items():
+        batch = sum(float(r["points"]) for r in rows if r["student"] == name and r["exercise"])
+        try:
+            jsonschema.validate(results, SCHEMA)
+            same = abs(results["score"] - batch) < 1e-3
+        except jsonschema.ValidationError as exc:
+            same = False
+            notes.append(f"{name}: invalid ({exc.message[:80]})")
+        good += same
+        notes.append(f"{name} {results.get('score', 'none')} vs batch {batch:g}")
+    records.append(Record("grade.gradescope_results_valid", good / len(scores), "fraction", "== 1",
+                          note="Chapter 1, run_autograder in a temporary root: " + "; ".join(notes)))
     return records
 
 

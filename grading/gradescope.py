@@ -149,8 +149,12 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
         if grader.compromised:
             raise RuntimeError(f"the grader's files changed while grading ({grader.compromised})")
         peak = {stem: round(mb, 1) for (_, stem), mb in grader.peak_rss.items()}
+        import resource
+
+        front = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this process, beside each child
         results = results_from_rows(rows, time.monotonic() - start,
-                                    {"sandbox": box.line, "peak_rss_mb": peak, "grader_root": str(ROOT)})
+                                    {"sandbox": box.line, "peak_rss_mb": peak, "front_door_rss_mb": round(front, 1),
+                                     "grader_root": str(ROOT)})
         for r in rows:
             print(f"{r.chapter or '-':<28} {r.exercise or '-':<12} {gb._num(r.points):>6} / "
                   f"{gb._num(r.max_points):<6} {r.status}  {r.message[:100]}")

@@ -63,7 +63,7 @@ def built(tmp_path_factory):
     return {"base": base, "zip": zip_path}
 
 
-def _autograder_root(zip_path: Path, root: Path) -> Path:
+def autograder_root(zip_path: Path, root: Path) -> Path:
     """What Gradescope makes of the zip: /autograder/source and /autograder/run_autograder."""
     with zipfile.ZipFile(zip_path) as zf:
         zf.extractall(root / "source")
@@ -76,7 +76,7 @@ def _autograder_root(zip_path: Path, root: Path) -> Path:
     return root
 
 
-def _run(root: Path) -> subprocess.CompletedProcess:
+def run_autograder(root: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "AUTOGRADER_PYTHON": sys.executable}
     env.pop("AUTOGRADER_ROOT", None)
     return subprocess.run(["bash", str(root / "run_autograder")], capture_output=True, text=True, env=env,
@@ -90,11 +90,11 @@ def graded(built):
     out = {}
     batch_subs = built["base"] / "class"
     for name, make in SUBMISSIONS.items():
-        root = _autograder_root(built["zip"], built["base"] / f"root-{name}")
+        root = autograder_root(built["zip"], built["base"] / f"root-{name}")
         nbformat.write(make(), root / "submission" / f"{STEM}.ipynb")
         (batch_subs / name).mkdir(parents=True)
         nbformat.write(make(), batch_subs / name / f"{STEM}.ipynb")
-        done = _run(root)
+        done = run_autograder(root)
         out[name] = {"root": root, "proc": done,
                      "results": json.loads((root / "results" / "results.json").read_text())}
     batch_out = built["base"] / "batch-out"
@@ -163,16 +163,16 @@ def test_hidden_tests_are_after_published_and_never_named(graded):
 
 def test_a_grader_failure_still_writes_valid_results(built, tmp_path):
     """No submission folder at all (a broken platform): a valid results.json that names it."""
-    root = _autograder_root(built["zip"], tmp_path / "root")
+    root = autograder_root(built["zip"], tmp_path / "root")
     shutil.rmtree(root / "submission")
-    done = _run(root)
+    done = run_autograder(root)
     results = json.loads((root / "results" / "results.json").read_text())
     jsonschema.validate(results, SCHEMA)
     assert results["score"] == 0 and "no submission folder" in results["output"], done.stdout[-2000:]
 
 
 def test_a_python_that_cannot_start_still_writes_valid_results(built, tmp_path):
-    root = _autograder_root(built["zip"], tmp_path / "root")
+    root = autograder_root(built["zip"], tmp_path / "root")
     env = {**os.environ, "AUTOGRADER_PYTHON": str(tmp_path / "no-such-python")}
     subprocess.run(["bash", str(root / "run_autograder")], capture_output=True, env=env, timeout=60)
     results = json.loads((root / "results" / "results.json").read_text())
