@@ -134,10 +134,8 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
                                   extra_tests=extra_tests)
         grader = batch.Grader(args, found, hidden)
         grader.baseline = batch.fingerprint(found, [p for ps in hidden.values() for p in ps])
-        if box.sandboxed:
-            from modellab.load import share_cache
-
-            share_cache()
+        # (setup.sh made the converted model readable to the sandbox's user; importing
+        # modellab here would put torch in this process, beside every child.)
         grader.collect_plan()
         with tempfile.TemporaryDirectory(prefix="gradescope-") as scratch:
             entry = _entry(submission)

@@ -59,12 +59,11 @@ class ChildResult:
 
     @property
     def peak_rss_mb(self) -> float | None:
-        """The grading process's peak resident memory in MiB, as it reported at the end
-        (with that of the largest subprocess it ran added); None if it never finished."""
+        """The grading process's peak resident memory in MiB, as it reported at the end;
+        None if it never finished. (Its subprocesses' peaks are reported apart, as
+        ``children_max_rss_kb``: a fork's peak counts pages it shares with its parent.)"""
         done = self.of("done")
-        if not done:
-            return None
-        kb = done[-1].get("max_rss_kb", 0) + done[-1].get("children_max_rss_kb", 0)
+        kb = done[-1].get("max_rss_kb") if done else None
         return kb / 1024 if isinstance(kb, (int, float)) else None
 
 
