@@ -13,8 +13,8 @@
   (``tests/meta/test_hostile_submissions.py``: twelve attacks among two honest students).
 
 - ``grade.peak_rss_mb_max`` (issue 15): the largest, over chapters, of the memory a
-  Gradescope container must hold to grade that chapter: the resident memory of the whole
-  process tree of ``python -m grading.gradescope run`` (front door, sandbox, grading
+  Gradescope container must hold to grade that chapter: the proportional set size (PSS:
+  shared pages counted once) of the whole process tree of ``python -m grading.gradescope run`` (front door, sandbox, grading
   child and its subprocesses), sampled while the chapter is graded, on ``solutions/``.
   Goal: within Gradescope's default 768 MB container.
 - ``grade.gradescope_results_valid`` (issue 15): of the three simulated Gradescope runs
@@ -119,6 +119,16 @@ def run() -> list[Record]:
 PEAK_SAMPLE_S = 0.05  # how often the process tree's memory is read
 
 
+def _proportional_bytes(process) -> int:
+    """A process's proportional set size (PSS: each page shared by n processes counts
+    1/n), so that a fork, whose pages are its parent's until written, is not counted
+    twice as resident sizes would; RSS where PSS cannot be read."""
+    try:
+        return process.memory_full_info().pss
+    except (AttributeError, OSError):
+        return process.memory_info().rss
+
+
 def peak_rss_record(base: Path, stems: list[str]) -> Record:
     """Grade solutions/ (every chapter) through the Gradescope front door, as
     run_autograder does, and sample the resident memory of its whole process tree
@@ -153,8 +163,8 @@ def peak_rss_record(base: Path, stems: list[str]) -> Record:
         try:
             for p in [top, *top.children(recursive=True)]:
                 try:
-                    total += p.memory_info().rss
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    total += _proportional_bytes(p)
+                except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
                     pass
         except psutil.NoSuchProcess:
             break
@@ -169,11 +179,14 @@ def peak_rss_record(base: Path, stems: list[str]) -> Record:
         raise RuntimeError(f"grading.gradescope run failed: {results.get('output', '')[:300]} {''.join(log)[-300:]}")
     worst = max(peaks, key=peaks.get)
     return Record("grade.peak_rss_mb_max", peaks[worst], "MiB", "<= 700",
-                  note=f"worst {worst}; process tree per chapter, sampled every {PEAK_SAMPLE_S:g} s (MiB): "
+                  note=f"worst {worst}; process tree's PSS per chapter, sampled every {PEAK_SAMPLE_S:g} s (MiB): "
                        + ", ".join(f"{s} {mb:.0f}" for s, mb in sorted(peaks.items()))
                        + "; the grading child's own ru_maxrss: "
                        + ", ".join(f"{s} {mb:.0f}" for s, mb in sorted(own.items()))
-                       + f"; score {results['score']:g}")
+                       + f"; score {results['score']:g} of "
+                       + f"{sum(x['max_score'] for x in results['tests']):g}"
+                       + "".join(f"; {x['number']} {x['output'][:80]}" for x in results["tests"]
+                                 if x.get("status") == "failed"))
 
 
 def gradescope_records(base: Path, stems: list[str]) -> list[Record]:
