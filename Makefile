@@ -11,7 +11,7 @@ PYVER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])
 STAMP := $(VENV)/.installed-$(PYVER)
 JOBS ?= 2
 
-.PHONY: help install book test test-book test-portable-outputs bench exercises solutions grade clean
+.PHONY: help install book test test-book test-portable-outputs bench exercises solutions grade gradescope release clean
 
 help:
 	@echo "make book       install into .venv (first time) and build the HTML book into _build/html"
@@ -20,6 +20,8 @@ help:
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make solutions  re-execute solutions/ in place (refreshes their stored outputs)"
 	@echo "make grade SUBMISSIONS=dir  grade a folder of student submissions into _build/grades"
+	@echo "make gradescope [CHAPTERS=1,3] [EXTRA_TESTS=dir]  the Gradescope autograder: _build/gradescope/autograder.zip"
+	@echo "make release    the student edition (book without solutions, exercises, graders): _build/release/ and .zip"
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@case "$(PYVER)" in 3.11|3.12|3.13) ;; *) echo "Python 3.11, 3.12 or 3.13 is needed; '$(PYTHON)' is $(or $(PYVER),not a Python that runs here). Name one: make PYTHON=/path/to/python3.12 ..." >&2; exit 2;; esac
@@ -45,6 +47,7 @@ $(MODEL_CACHE): $(STAMP)
 
 test: $(STAMP) $(MODEL_CACHE)
 	$(BIN)/python -m grading.stubs --check
+	$(MAKE) --no-print-directory release
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --prove --nbval --nbval-current-env --ignore=tests/browser tests/ solutions/
 	$(MAKE) --no-print-directory test-portable-outputs
 	$(MAKE) --no-print-directory test-book
@@ -77,6 +80,14 @@ solutions: $(STAMP)
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=dir [OUT=_build/grades] [GRADE_ARGS='--workers 8 --extra-tests dir']"; exit 2; }
 	$(BIN)/python -m grading.batch $(SUBMISSIONS) --out $(or $(OUT),_build/grades) $(GRADE_ARGS)
+
+# The autograder zip for Gradescope (README, "Grading on Gradescope"): every chapter, or CHAPTERS=5.
+gradescope: $(STAMP)
+	$(BIN)/python -m grading.gradescope build $(if $(CHAPTERS),--chapters $(CHAPTERS)) $(if $(EXTRA_TESTS),--extra-tests $(EXTRA_TESTS))
+
+# The student edition (README, "Handing out the student edition"); tests/meta/test_release.py checks it.
+release: $(STAMP)
+	$(BIN)/python -m grading.release
 
 clean:
 	rm -rf _build

@@ -12,6 +12,17 @@
 - ``grade.hostile_suite_lost_rows``: rows missing from the gradebook of the hostile class
   (``tests/meta/test_hostile_submissions.py``: twelve attacks among two honest students).
 
+- ``grade.peak_rss_mb_max`` (issue 15): the largest, over chapters, of the memory a
+  Gradescope container must hold to grade that chapter: the proportional set size (PSS:
+  shared pages counted once) of the whole process tree of ``python -m grading.gradescope run`` (front door, sandbox, grading
+  child and its subprocesses), sampled while the chapter is graded, on ``solutions/``.
+  Goal: within Gradescope's default 768 MB container.
+- ``grade.gradescope_results_valid`` (issue 15): of the three simulated Gradescope runs
+  of Chapter 1 (solved, unsolved, crashing; built, unpacked and run as in
+  ``tests/meta/test_gradescope.py``), the fraction whose ``results.json`` validates
+  against ``tests/gradescope_results.schema.json`` and whose score equals the batch
+  grader's for the same notebook.
+
 They run the real command in a subprocess, exactly as an instructor would, on
 copies of ``solutions/``; a run that does not give full marks is reported in the note,
 a run that stops (exit status not 0) fails the module instead of recording a time.
@@ -20,6 +31,7 @@ a run that stops (exit status not 0) fails the module instead of recording a tim
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -100,6 +112,123 @@ def run() -> list[Record]:
         else:
             records.append(Record("grade.sandbox_overhead", float("nan"), "ratio", "<= 1.15",
                                   note=f"not measured: {sandbox.status().line}"))
+        records += gradescope_records(tmp / "gradescope", stems)
+    return records
+
+
+PEAK_SAMPLE_S = 0.05  # how often the process tree's memory is read
+
+
+def _proportional_bytes(process) -> int:
+    """A process's proportional set size (PSS: each page shared by n processes counts
+    1/n), so that a fork, whose pages are its parent's until written, is not counted
+    twice as resident sizes would; RSS where PSS cannot be read."""
+    try:
+        return process.memory_full_info().pss
+    except (AttributeError, OSError):
+        return process.memory_info().rss
+
+
+def peak_rss_record(base: Path, stems: list[str]) -> Record:
+    """Grade solutions/ (every chapter) through the Gradescope front door, as
+    run_autograder does, and sample the resident memory of its whole process tree
+    (the front door, the sandbox, the grading child and whatever it starts) every
+    PEAK_SAMPLE_S: the peak while each chapter is graded is what a container must hold.
+    The child's own ``ru_maxrss`` (results.json) is reported beside it."""
+    import threading
+
+    import psutil
+
+    root = base / "peak-root"
+    (root / "submission").mkdir(parents=True)
+    for stem in stems:
+        shutil.copyfile(ROOT / "solutions" / f"{stem}.ipynb", root / "submission" / f"{stem}.ipynb")
+    proc = subprocess.Popen([sys.executable, "-m", "grading.gradescope", "run", "--root", str(root)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    current = {"stem": None}
+    log: list[str] = []
+
+    def follow():
+        for line in proc.stdout:
+            log.append(line)
+            if line.startswith("grading "):
+                current["stem"] = line.split()[1]
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    peaks: dict[str, float] = {}
+    top = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        total = 0
+        try:
+            for p in [top, *top.children(recursive=True)]:
+                try:
+                    total += _proportional_bytes(p)
+                except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
+                    pass
+        except psutil.NoSuchProcess:
+            break
+        stem = current["stem"]
+        if stem:
+            peaks[stem] = max(peaks.get(stem, 0.0), total / 2**20)
+        time.sleep(PEAK_SAMPLE_S)
+    reader.join(timeout=10)
+    results = json.loads((root / "results" / "results.json").read_text())
+    own = results.get("extra_data", {}).get("peak_rss_mb", {})
+    if proc.returncode != 0 or not own or not peaks:
+        raise RuntimeError(f"grading.gradescope run failed: {results.get('output', '')[:300]} {''.join(log)[-300:]}")
+    worst = max(peaks, key=peaks.get)
+    return Record("grade.peak_rss_mb_max", peaks[worst], "MiB", "<= 700",
+                  note=f"worst {worst}; process tree's PSS per chapter, sampled every {PEAK_SAMPLE_S:g} s (MiB): "
+                       + ", ".join(f"{s} {mb:.0f}" for s, mb in sorted(peaks.items()))
+                       + "; the grading child's own ru_maxrss: "
+                       + ", ".join(f"{s} {mb:.0f}" for s, mb in sorted(own.items()))
+                       + f"; score {results['score']:g} of "
+                       + f"{sum(x['max_score'] for x in results['tests']):g}"
+                       + "".join(f"; {x['number']} {x['output'][:80]}" for x in results["tests"]
+                                 if x.get("status") == "failed"))
+
+
+def gradescope_records(base: Path, stems: list[str]) -> list[Record]:
+    """grade.peak_rss_mb_max and grade.gradescope_results_valid."""
+    import jsonschema
+    import nbformat
+
+    from grading import gradescope
+    from tests.meta.test_gradescope import SCHEMA, STEM, SUBMISSIONS, autograder_root, run_autograder
+
+    records = [peak_rss_record(base, stems)]
+    zip_path = gradescope.build(base / "build", chapters="1")
+    subs = base / "class"
+    scores = {}
+    for name, make in SUBMISSIONS.items():
+        root = autograder_root(zip_path, base / f"root-{name}")
+        nbformat.write(make(), root / "submission" / f"{STEM}.ipynb")
+        (subs / name).mkdir(parents=True)
+        nbformat.write(make(), subs / name / f"{STEM}.ipynb")
+        run_autograder(root)
+        scores[name] = json.loads((root / "results" / "results.json").read_text()) if (
+            root / "results" / "results.json").exists() else {}
+    out = base / "batch-out"
+    proc = subprocess.run([sys.executable, "-m", "grading.batch", str(subs), "--out", str(out), "--chapters", "1",
+                           "--quiet"], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"grading.batch exited with {proc.returncode}: {proc.stderr[-500:]}")
+    with open(out / "gradebook.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    good, notes = 0, []
+    for name, results in scores.items():
+        batch = sum(float(r["points"]) for r in rows if r["student"] == name and r["exercise"])
+        try:
+            jsonschema.validate(results, SCHEMA)
+            same = abs(results["score"] - batch) < 1e-3
+        except jsonschema.ValidationError as exc:
+            same = False
+            notes.append(f"{name}: invalid ({exc.message[:80]})")
+        good += same
+        notes.append(f"{name} {results.get('score', 'none')} vs batch {batch:g}")
+    records.append(Record("grade.gradescope_results_valid", good / len(scores), "fraction", "== 1",
+                          note="Chapter 1, run_autograder in a temporary root: " + "; ".join(notes)))
     return records
 
 

@@ -26,10 +26,25 @@ Batch grading of a class (``make grade``, ``python -m grading.batch``):
 - ``runner``:    start one child per student and chapter (spec in on stdin, outcomes out on a pipe).
 - ``child``:     what runs inside that child: pytest on the student's notebook.
 - ``tamper``:    detection inside the child of patched libraries, reads of the graders, stray writes.
-- ``gradebook``: rows, ``gradebook.csv``, feedback files, ``needs_review.md``.
+- ``gradebook``: rows, ``gradebook.csv``, the wide export, the roster, overrides, feedback, ``needs_review.md``.
+- ``gradescope``: the same grading behind Gradescope's front door (``make gradescope``, ``results.json``).
+
+The student edition (``make release``): ``release`` builds it and proves no solution leaks into it.
 """
 
-from grading.compare import assert_close, assert_equal, assert_raises
-from grading.loader import LoadedNotebook, load_notebook, load_solutions
+import importlib
 
 __all__ = ["LoadedNotebook", "assert_close", "assert_equal", "assert_raises", "load_notebook", "load_solutions"]
+# Imported when first used (PEP 562), not with the package: ``grading.compare`` imports
+# torch, and the processes that only start grading children (the batch grader, the
+# Gradescope front door) need not hold torch's 200 MB beside each child.
+_HOME = {"assert_close": "grading.compare", "assert_equal": "grading.compare", "assert_raises": "grading.compare",
+         "LoadedNotebook": "grading.loader", "load_notebook": "grading.loader", "load_solutions": "grading.loader"}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        value = getattr(importlib.import_module(_HOME[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'grading' has no attribute {name!r}")

@@ -8,8 +8,13 @@ timeout and a memory limit. The results:
 
   DIR/gradebook.csv      student, chapter, exercise, points, max_points, status, message
                          (appended as each chapter finishes; sorted at the end)
+  DIR/gradebook_wide.csv one row per student: id, name, email (--roster), total, one column per exercise
   DIR/feedback/<student>.md   what each student reads
-  DIR/needs_review.md    timeouts, crashes, memory limits, tampering, unreadable notebooks
+  DIR/needs_review.md    timeouts, crashes, memory limits, tampering, unreadable notebooks,
+                         notebooks no chapter claimed, roster and overrides problems
+
+``--overrides FILE`` (student, exercise, points, reason) corrects grades on every run;
+``--resume`` regrades a student whose files changed (content hashes).
 
 Statuses: passed, failed, not attempted, error, timed out, memory limit, crashed,
 tampered, needs review, missing, skipped (a GPU test without a GPU), note.
@@ -33,8 +38,9 @@ from pathlib import Path
 
 from grading import gradebook as gb
 from grading import sandbox
-from grading.layout import EXERCISE_LINE, GRADES, ROOT, SOLUTIONS, cell_source
-from grading.matching import Chapter, Submission, discover_chapters, list_students, match_folder, unpack_zip
+from grading.layout import EXERCISE_LINE, EXERCISES, GRADES, ROOT, SOLUTIONS, cell_source
+from grading.matching import (Chapter, Submission, discover_chapters, list_students, match_folder,
+                              submission_digest, unpack_zip)
 from grading.loader import MAX_CAPTURED_CHARS
 from grading.runner import OUTPUT_CAP, ChildResult, kill_all, run_child
 
@@ -155,6 +161,7 @@ class Grader:
         self.solution_ids: dict[str, list[str]] = {}
         self.baseline: dict[str, str] = {}
         self.compromised = ""
+        self.peak_rss: dict[tuple[str, str], float] = {}  # (student, chapter) -> MiB, as the child reported
         self.devices = itertools.cycle([d for d in args.cuda_devices.split(",") if d.strip()] or [""])
         self.device_lock = threading.Lock()
 
@@ -173,7 +180,9 @@ class Grader:
         for c in self.chapters:
             mine = {str(c.test_file.resolve())} | {f"hidden/{p.name}" for p in self.hidden.get(c.stem, [])}
             self.plan[c.stem] = [t for t in plans[0]["tests"] if t["path"] in mine]
-            ids = exercise_cells(SOLUTIONS / f"{c.stem}.ipynb")
+            # The exercise cells' order; a tree without solutions (the autograder) has the stubs'.
+            source = SOLUTIONS / f"{c.stem}.ipynb"
+            ids = exercise_cells(source if source.exists() else EXERCISES / f"{c.stem}.ipynb")
             self.solution_ids[c.stem] = ids if isinstance(ids, list) else []
 
     def grade(self, task: Task) -> list[gb.Row]:
@@ -196,6 +205,8 @@ class Grader:
                 "hidden_files": [str(h) for h in self.hidden.get(stem, [])], "notebook_files": files}
         result = run_child(spec, timeout=self.args.timeout, memory_mb=self.args.memory_mb,
                            threads=self.args.threads, cuda_devices=device, hide=self.hide)
+        if result.peak_rss_mb is not None:
+            self.peak_rss[(s, stem)] = result.peak_rss_mb
         rows = self.rows_from(s, stem, tests, result, review, notes)
         now = fingerprint(self.chapters, [p for ps in self.hidden.values() for p in ps])
         # Files that appeared since are ignored: nothing imports them.
@@ -262,6 +273,43 @@ class Grader:
         return rows
 
 
+# -- one submission ---------------------------------------------------------------------------
+def submission_rows(student: str, sub: Submission, chapters: list[Chapter]) -> list[gb.Row]:
+    """Rows about the whole submission: a zip that could not be read, notebooks no
+    chapter claimed (needs review when a chapter is missing, a note otherwise; both
+    are listed in needs_review.md)."""
+    rows = []
+    if sub.problem:
+        rows.append(gb.Row(student, "", "", 0, 0, gb.REVIEW, sub.problem))
+    missing_any = any(c.stem not in sub.notebooks for c in chapters)
+    for name, reason in sub.unmatched:
+        rows.append(gb.Row(student, "", "", 0, 0, gb.REVIEW if missing_any else gb.NOTE,
+                           f"{name} {gb.UNMATCHED}: {reason}"))
+    return rows
+
+
+def submission_tasks(student: str, sub: Submission, chapters: list[Chapter]) -> list[Task]:
+    """One task per chapter, with why a chapter's notebook is missing or ambiguous."""
+    tasks = []
+    for c in chapters:
+        note = ""
+        if c.stem in sub.ambiguous:
+            note = f"several different notebooks could be {c.stem}: {', '.join(sub.ambiguous[c.stem])}; keep one"
+        elif sub.problem:
+            note = sub.problem
+        tasks.append(Task(student, c, sub.notebooks.get(c.stem), note))
+    return tasks
+
+
+def open_submission(student: str, entry: Path, chapters: list[Chapter], scratch: Path, n: int = 0) -> Submission:
+    """A student's entry (a folder, or a zip unpacked into ``scratch``), matched to chapters."""
+    folder, problem = entry, ""
+    if entry.suffix.lower() == ".zip" and entry.is_file():
+        folder = scratch / f"{n:05d}-{re.sub(r'[^A-Za-z0-9]+', '_', student)}"
+        problem = unpack_zip(entry, folder)
+    return Submission(student, problem=problem) if problem else match_folder(student, folder, chapters)
+
+
 # -- the whole run --------------------------------------------------------------------------
 class Progress:
     """One line on stderr: a bar, the count and the time left (from the mean so far)."""
@@ -323,7 +371,15 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=1, help="torch/OpenMP/BLAS threads per child (default 1)")
     p.add_argument("--cuda-devices", default="",
                    help="GPUs the children may see, shared round-robin, e.g. '0,1' (default: none, CPU only)")
-    p.add_argument("--resume", action="store_true", help="keep what an earlier run in --out finished; grade the rest")
+    p.add_argument("--resume", action="store_true",
+                   help="keep what an earlier run in --out finished; grade the rest, and grade again every "
+                        "student whose files changed since (content hashes)")
+    p.add_argument("--roster", type=Path, default=None,
+                   help="CSV with a header naming a student id column and optionally name, email, folder: "
+                        "maps submission names to ids in gradebook_wide.csv")
+    p.add_argument("--overrides", type=Path, default=None,
+                   help="CSV with the header student,exercise,points,reason: an instructor's corrections, "
+                        "applied on every run and recorded in the gradebook and the feedback")
     p.add_argument("--extra-tests", type=Path, default=None,
                    help="folder of hidden test files test_NN_*.py: graded and in the gradebook, "
                         "never shown in feedback")
@@ -348,8 +404,14 @@ def main(argv=None) -> int:
         print("no chapters to grade (tests/test_NN_*.py with solutions/NN_*.ipynb)", file=sys.stderr)
         return 2
     hidden = hidden_tests(args.extra_tests, chapters)
+    try:
+        overrides = gb.read_overrides(args.overrides) if args.overrides else []
+        roster = gb.read_roster(args.roster) if args.roster else []
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     grader = Grader(args, chapters, hidden)
-    book = gb.Gradebook(args.out, args.resume)
+    book = gb.Gradebook(args.out, args.resume, overrides)
     box = sandbox.status()
     if not box.sandboxed or not args.quiet:
         print(box.line if box.sandboxed else f"WARNING: {box.line}", file=sys.stderr)
@@ -371,34 +433,17 @@ def main(argv=None) -> int:
     tasks: list[Task] = []
     try:
         for n, (student, entry) in enumerate(students):
-            if gb.task_id(student, "") in book.done:
-                submission_rows = None
-            else:
-                submission_rows = []
-            folder = entry
-            problem = ""
-            if entry.suffix.lower() == ".zip" and entry.is_file():
-                folder = scratch / f"{n:05d}-{re.sub(r'[^A-Za-z0-9]+', '_', student)}"
-                problem = unpack_zip(entry, folder)
-            sub = Submission(student, problem=problem) if problem else match_folder(student, folder, chapters)
-            if submission_rows is not None:
-                if sub.problem:
-                    submission_rows.append(gb.Row(student, "", "", 0, 0, gb.REVIEW, sub.problem))
-                missing_any = any(c.stem not in sub.notebooks for c in chapters)
-                for name, reason in sub.unmatched:
-                    submission_rows.append(gb.Row(student, "", "", 0, 0, gb.REVIEW if missing_any else gb.NOTE,
-                                                  f"{name} was not matched to a chapter: {reason}"))
-                book.add(student, "", submission_rows)
-            for c in chapters:
-                if gb.task_id(student, c.stem) in book.done:
-                    continue
-                note = ""
-                if c.stem in sub.ambiguous:
-                    files = ", ".join(sub.ambiguous[c.stem])
-                    note = f"several different notebooks could be {c.stem}: {files}; keep one"
-                elif sub.problem:
-                    note = sub.problem
-                tasks.append(Task(student, c, sub.notebooks.get(c.stem), note))
+            regraded = book.changed(student, submission_digest(entry))
+            if regraded:
+                print(f"{student}: {regraded}", file=sys.stderr)
+            sub = open_submission(student, entry, chapters, scratch, n)
+            if gb.task_id(student, "") not in book.done:
+                rows = submission_rows(student, sub, chapters)
+                if regraded:
+                    rows.append(gb.Row(student, "", "", 0, 0, gb.NOTE, f"regraded: {regraded.split(';')[0]}"))
+                book.add(student, "", rows)
+            tasks += [t for t in submission_tasks(student, sub, chapters)
+                      if gb.task_id(student, t.chapter.stem) not in book.done]
         if tasks:
             grader.collect_plan()
             try:
@@ -413,10 +458,16 @@ def main(argv=None) -> int:
     book.finish()
     for student, _ in students:
         gb.write_feedback(args.out, student, book.student_rows(student))
-    review = gb.write_review_list(args.out, book.rows, sandbox.status().line)
-    flagged = sum(r.status in gb.FOR_REVIEW for r in book.rows)
+    final = book.final_rows()
+    matched, roster_problems = gb.match_roster([s for s, _ in students], roster) if roster else ({}, [])
+    wide = gb.write_wide(args.out, final, roster, matched)
+    extra = [f"overrides: {p}" for p in book.override_problems()] + [f"roster: {p}" for p in roster_problems]
+    for line in extra:
+        print(line, file=sys.stderr)
+    review = gb.write_review_list(args.out, final, sandbox.status().line, extra)
+    flagged = sum(r.status in gb.FOR_REVIEW for r in final)
     if not args.quiet:
-        print(f"wrote {book.path}, {len(students)} feedback files in {args.out / 'feedback'} and {review} "
+        print(f"wrote {book.path}, {wide.name}, {len(students)} feedback files in {args.out / 'feedback'} and {review} "
               f"({flagged} rows need a look)", file=sys.stderr)
     if grader.compromised:
         print(f"\nSTOPPED: the grader's files or installed packages changed during grading ({grader.compromised}). "

@@ -193,6 +193,16 @@ def apply_limits(spec: dict):
         resource.setrlimit(resource.RLIMIT_DATA, (memory_mb * 2**20, memory_mb * 2**20))
 
 
+def peak_rss_kb() -> dict:
+    """The peak resident memory of this process and of the largest process it waited for
+    (Chapter 7's kernel checks run in subprocesses), in KiB (Linux's ``ru_maxrss`` unit):
+    what a container the size of Gradescope's must hold for this chapter."""
+    import resource
+
+    return {"max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "children_max_rss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m grading.child")
     parser.add_argument("--results-fd", type=int, required=True, help="where the outcome lines go")
@@ -222,7 +232,7 @@ def main(argv: list[str]) -> int:
     if collect_only:
         args.append("--collect-only")
     code = pytest.main(args, plugins=[collector])
-    collector.emit({"kind": "done", "exit": int(code)})
+    collector.emit({"kind": "done", "exit": int(code), **peak_rss_kb()})
     out.close()
     sys.stdout.flush()
     return 0

@@ -24,6 +24,9 @@ FIELDS = ["student", "chapter", "exercise", "points", "max_points", "status", "m
 PASSED, FAILED, NOT_ATTEMPTED, ERROR = Status.PASSED, Status.FAILED, Status.NOT_ATTEMPTED, Status.ERROR
 TIMED_OUT, MEMORY, CRASHED, TAMPERED = Status.TIMED_OUT, Status.MEMORY, Status.CRASHED, Status.TAMPERED
 REVIEW, MISSING, SKIPPED, NOTE = Status.REVIEW, Status.MISSING, Status.SKIPPED, Status.NOTE
+OVERRIDDEN = Status.OVERRIDDEN
+# The words of a submission-wide row about a notebook no chapter claimed (listed for review).
+UNMATCHED = "was not matched to a chapter"
 # A process that died of memory leaves only words in its output (no exception to classify).
 MEMORY_WORDS = re.compile(r"MemoryError|can't allocate memory|DefaultCPUAllocator|std::bad_alloc|"
                           r"Cannot allocate memory|out of memory", re.I)
@@ -179,35 +182,88 @@ def task_id(student: str, chapter: str) -> str:
     return f"{student}\t{chapter}"
 
 
-class Gradebook:
-    """``gradebook.csv`` appended row by row, with ``.done`` recording finished tasks."""
+def _read_rows(path: Path) -> list[Row]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return [Row(d["student"], d["chapter"], d["exercise"], float(d["points"] or 0), float(d["max_points"] or 0),
+                    d["status"], d["message"]) for d in csv.DictReader(f)]
 
-    def __init__(self, out: Path, resume: bool):
+
+def _write_rows(path: Path, rows: list[Row]):
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow(r.as_csv())
+    os.replace(tmp, path)
+
+
+class Gradebook:
+    """``gradebook.csv`` appended row by row, with ``.done`` recording finished tasks.
+
+    ``rows`` are what the grader gave; overrides are applied when rows are read
+    (:meth:`final_rows`, :meth:`student_rows`) and written by :meth:`finish`, which
+    keeps the graded rows beside them in ``.graded.csv`` so that a later run can
+    apply a changed overrides file to the grades, not to earlier overrides.
+    ``.hashes`` holds each student's content hash, so ``--resume`` regrades a
+    student whose files changed (:meth:`changed`)."""
+
+    def __init__(self, out: Path, resume: bool, overrides: list["Override"] = ()):
         self.out = out
         self.path = out / "gradebook.csv"
         self.done_path = out / ".done"
+        self.graded_path = out / ".graded.csv"
+        self.hashes_path = out / ".hashes"
+        self.overrides = list(overrides)
         self.lock = threading.Lock()
         self.rows: list[Row] = []
         self.done: set[str] = set()
+        self.hashes: dict[str, str] = {}
         out.mkdir(parents=True, exist_ok=True)
         if resume and self.path.exists() and self.done_path.exists():
             self.done = {line for line in self.done_path.read_text().splitlines() if line}
-            with open(self.path, newline="", encoding="utf-8") as f:
-                for d in csv.DictReader(f):
-                    if task_id(d["student"], d["chapter"]) in self.done:
-                        self.rows.append(Row(d["student"], d["chapter"], d["exercise"], float(d["points"] or 0),
-                                             float(d["max_points"] or 0), d["status"], d["message"]))
+            graded = _read_rows(self.graded_path) if self.graded_path.exists() else []
+            covered = {task_id(r.student, r.chapter) for r in graded}
+            self.rows = [r for r in graded if task_id(r.student, r.chapter) in self.done]
+            # Rows appended after the last finish; an overridden row was written by a finish,
+            # and the grade it replaced is in .graded.csv.
+            self.rows += [r for r in _read_rows(self.path) if task_id(r.student, r.chapter) in self.done
+                          and task_id(r.student, r.chapter) not in covered and r.status != OVERRIDDEN]
+            if self.hashes_path.exists():
+                self.hashes = dict(line.split("\t", 1) for line in self.hashes_path.read_text().splitlines()
+                                   if "\t" in line)
+        else:
+            self.graded_path.unlink(missing_ok=True)
         self._rewrite(self.rows)
         self.done_path.write_text("".join(f"{t}\n" for t in sorted(self.done)))
+        self._write_hashes()
 
     def _rewrite(self, rows: list[Row]):
-        tmp = self.path.with_suffix(".csv.tmp")
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, FIELDS)
-            w.writeheader()
-            for r in rows:
-                w.writerow(r.as_csv())
-        os.replace(tmp, self.path)
+        _write_rows(self.path, rows)
+
+    def _write_hashes(self):
+        tmp = self.hashes_path.with_name(".hashes.tmp")
+        tmp.write_text("".join(f"{s}\t{h}\n" for s, h in sorted(self.hashes.items())))
+        os.replace(tmp, self.hashes_path)
+
+    def changed(self, student: str, digest: str) -> str:
+        """Record a student's content hash. If an earlier run graded this student from
+        other files, forget those grades (they are stale) and say why; else ""."""
+        with self.lock:
+            before = self.hashes.get(student)
+            mine = any(d.split("\t", 1)[0] == student for d in self.done)
+            self.hashes[student] = digest
+            self._write_hashes()
+            if not mine or before == digest:
+                return ""
+            self.rows = [r for r in self.rows if r.student != student]
+            self.done = {d for d in self.done if d.split("\t", 1)[0] != student}
+            self._rewrite(self.rows)
+            self.done_path.write_text("".join(f"{t}\n" for t in sorted(self.done)))
+            if self.graded_path.exists():
+                _write_rows(self.graded_path, [r for r in _read_rows(self.graded_path) if r.student != student])
+            return ("its files changed since the last run" if before else
+                    "the last run kept no record of its files") + "; graded again"
 
     def add(self, student: str, chapter: str, rows: list[Row]):
         """Append one task's rows, then mark the task done (both flushed to disk)."""
@@ -227,13 +283,192 @@ class Gradebook:
             self.done.add(task_id(student, chapter))
 
     def finish(self):
-        """Sort the file so that a regrade gives the same file, not just the same rows."""
+        """Sort the file so that a regrade gives the same file, not just the same rows;
+        write the graded rows to ``.graded.csv`` and the overridden ones to gradebook.csv."""
         with self.lock:
             self.rows.sort(key=lambda r: (r.student, r.chapter == "", r.chapter, exercise_order(r.exercise)))
-            self._rewrite(self.rows)
+            _write_rows(self.graded_path, self.rows)
+            self._rewrite(apply_overrides(self.rows, self.overrides)[0])
+
+    def final_rows(self) -> list[Row]:
+        """Every row, with the overrides applied."""
+        return apply_overrides(self.rows, self.overrides)[0]
+
+    def override_problems(self) -> list[str]:
+        return apply_overrides(self.rows, self.overrides)[1]
 
     def student_rows(self, student: str) -> list[Row]:
-        return [r for r in self.rows if r.student == student]
+        return apply_overrides([r for r in self.rows if r.student == student], self.overrides)[0]
+
+
+# -- overrides: an instructor's corrections --------------------------------------------
+OVERRIDE_FIELDS = ("student", "exercise", "points", "reason")
+
+
+@dataclass(frozen=True)
+class Override:
+    student: str
+    exercise: str  # "1.2", or "1.2 hidden" for the hidden tests of Exercise 1.2
+    points: float
+    reason: str
+    line: int  # in the overrides file, for messages
+
+
+def read_overrides(path: Path) -> list[Override]:
+    """The overrides file: a CSV with the header ``student,exercise,points,reason``, one
+    correction per line. Raises ValueError naming the file and line of a bad entry."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        header = [h.strip().lower() for h in (reader.fieldnames or [])]
+        missing = [c for c in OVERRIDE_FIELDS if c not in header]
+        if missing:
+            raise ValueError(f"overrides file {path}: the header must name {', '.join(OVERRIDE_FIELDS)} "
+                             f"(missing: {', '.join(missing)})")
+        out = []
+        for n, raw in enumerate(reader, start=2):
+            d = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items()}
+            if not any(d.values()):
+                continue
+            if not d["student"] or not re.match(r"^\d+\.\d+( hidden)?$", d["exercise"]):
+                raise ValueError(f"overrides file {path}, line {n}: needs a student and an exercise like "
+                                 f"'1.2' or '1.2 hidden' (got {d['student']!r}, {d['exercise']!r})")
+            try:
+                points = float(d["points"])
+            except ValueError:
+                raise ValueError(f"overrides file {path}, line {n}: points must be a number "
+                                 f"(got {d['points']!r})") from None
+            if not points >= 0:
+                raise ValueError(f"overrides file {path}, line {n}: points must be >= 0 (got {d['points']})")
+            if not d["reason"]:
+                raise ValueError(f"overrides file {path}, line {n}: give a reason (the student reads it)")
+            out.append(Override(d["student"], d["exercise"], points, d["reason"], n))
+    return out
+
+
+def apply_overrides(rows: list[Row], overrides: list[Override]) -> tuple[list[Row], list[str]]:
+    """The rows with each override applied (points set, status ``overridden``, the
+    reason and the grader's own result in the message), and the overrides that could
+    not be applied (no such row, or more points than the exercise is worth)."""
+    out = list(rows)
+    problems = []
+    for o in overrides:
+        hits = [i for i, r in enumerate(out) if r.student == o.student and r.exercise == o.exercise]
+        if not hits:
+            problems.append(f"override on line {o.line} ({o.student}, {o.exercise}) matches no graded exercise")
+            continue
+        for i in hits:
+            r = out[i]
+            if o.points > r.max_points:
+                problems.append(f"override on line {o.line} gives {_num(o.points)} points to {o.student}, "
+                                f"{o.exercise}, which is worth {_num(r.max_points)}; not applied")
+                continue
+            graded = f"graded {_num(r.points)} / {_num(r.max_points)}, {r.status}"
+            graded += f": {r.message}" if r.message and not r.exercise.endswith(" hidden") else ""
+            out[i] = Row(r.student, r.chapter, r.exercise, o.points, r.max_points, OVERRIDDEN,
+                         one_line(f"{o.reason} (instructor's override; {graded})"))
+    return out, problems
+
+
+# -- the wide export and the roster -------------------------------------------------------
+@dataclass(frozen=True)
+class Student:
+    id: str
+    name: str = ""
+    email: str = ""
+    folder: str = ""  # the submission's name, where the roster gives it
+
+
+ROSTER_COLUMNS = {"id": ("id", "student id", "student_id", "studentid", "sis id", "sis_id", "sis user id"),
+                  "name": ("name", "student name", "full name"),
+                  "email": ("email", "e-mail", "email address", "mail"),
+                  "folder": ("folder", "submission", "login", "username", "user")}
+
+
+def read_roster(path: Path) -> list[Student]:
+    """A roster CSV with a header naming at least an id column (``id``, ``student id``...),
+    and optionally ``name``, ``email`` and ``folder``. Raises ValueError on a bad file."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        columns = {}
+        for key, names in ROSTER_COLUMNS.items():
+            found = [h for h in (reader.fieldnames or []) if h and h.strip().lower() in names]
+            if found:
+                columns[key] = found[0]
+        if "id" not in columns:
+            raise ValueError(f"roster {path}: no student id column (one of: {', '.join(ROSTER_COLUMNS['id'])}) "
+                             f"in the header {reader.fieldnames}")
+        out = []
+        for n, d in enumerate(reader, start=2):
+            values = {k: (d.get(c) or "").strip() for k, c in columns.items()}
+            if not any(values.values()):
+                continue
+            if not values["id"]:
+                raise ValueError(f"roster {path}, line {n}: the student id is empty")
+            out.append(Student(**values))
+    ids = [s.id for s in out]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ValueError(f"roster {path}: student ids appear twice: {', '.join(dupes)}")
+    return out
+
+
+def _key(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "", text.lower())
+
+
+def match_roster(folders: list[str], roster: list[Student]) -> tuple[dict[str, Student], list[str]]:
+    """Which roster entry each submission is: its name equals (ignoring case and
+    punctuation) the entry's folder, id, email, the part of the email before ``@``,
+    or name. Returns {submission: entry} and what could not be matched, for review."""
+    found, problems = {}, []
+    for folder in folders:
+        k = _key(folder)
+        keys = lambda s: {_key(x) for x in (s.folder, s.id, s.email, s.email.split("@")[0], s.name) if x}
+        hits = [s for s in roster if k and k in keys(s)]
+        if len(hits) == 1:
+            found[folder] = hits[0]
+        elif hits:
+            problems.append(f"submission {folder} fits several roster entries: {', '.join(s.id for s in hits)}")
+        else:
+            problems.append(f"submission {folder} is not on the roster")
+    taken = {}
+    for folder, s in found.items():
+        taken.setdefault(s.id, []).append(folder)
+    for sid, folders_ in taken.items():
+        if len(folders_) > 1:
+            problems.append(f"roster entry {sid} fits several submissions: {', '.join(sorted(folders_))}")
+    for s in roster:
+        if s.id not in taken:
+            problems.append(f"roster entry {s.id} ({s.name or s.email or 'no name'}) has no submission")
+    return found, problems
+
+
+def write_wide(out: Path, rows: list[Row], roster: list[Student] = (), matched: dict[str, Student] | None = None
+               ) -> Path:
+    """``gradebook_wide.csv``: one row per student (``student, id, name, email, total,
+    max_total``, then one column per exercise, its points), for a spreadsheet or an
+    LMS. A roster entry without a submission gets a row with empty grades."""
+    matched = matched or {}
+    graded = [r for r in rows if r.exercise]
+    exercises = sorted({r.exercise for r in graded}, key=exercise_order)
+    students = sorted({r.student for r in rows})
+    path = out / "gradebook_wide.csv"
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["student", "id", "name", "email", "total", "max_total", *exercises])
+        for s in students:
+            mine = {r.exercise: r for r in graded if r.student == s}
+            who = matched.get(s, Student(""))
+            w.writerow([s, who.id, who.name, who.email, _num(sum(r.points for r in mine.values())),
+                        _num(sum(r.max_points for r in mine.values())),
+                        *[_num(mine[e].points) if e in mine else "" for e in exercises]])
+        submitted = {x.id for x in matched.values()}
+        for who in roster:
+            if who.id not in submitted:
+                w.writerow(["", who.id, who.name, who.email, "", "", *["" for _ in exercises]])
+    os.replace(tmp, path)
+    return path
 
 
 # -- feedback ---------------------------------------------------------------------------
@@ -270,7 +505,8 @@ def feedback_markdown(student: str, rows: list[Row]) -> str:
             name = f"Exercise {r.exercise}" if r.exercise[0].isdigit() else r.exercise
             if r.exercise.endswith(" hidden"):
                 name = f"Exercise {r.exercise.split()[0]}, further tests (not published)"
-                text = "" if r.status == PASSED or r.status in STATUS_ADVICE else "some of these tests did not pass"
+                text = ("" if r.status == PASSED or r.status in STATUS_ADVICE else
+                        r.message if r.status == OVERRIDDEN else "some of these tests did not pass")
             else:
                 # Chapter-wide reasons are said once, above and below the list.
                 text = "" if r.status in (TIMED_OUT, CRASHED, TAMPERED, MISSING) else r.message
@@ -296,18 +532,23 @@ def write_feedback(out: Path, student: str, rows: list[Row]) -> Path:
     return path
 
 
-def write_review_list(out: Path, rows: list[Row], sandbox_line: str = "") -> Path:
-    """``needs_review.md``: every row that wants a human look, and how the children were
+def write_review_list(out: Path, rows: list[Row], sandbox_line: str = "", extra: list[str] = ()) -> Path:
+    """``needs_review.md``: every row that wants a human look, every notebook no chapter
+    claimed (even beside a complete submission: a stray ``Untitled.ipynb`` may be the
+    real work), ``extra`` lines (the roster, the overrides), and how the children were
     isolated (a run without the sandbox says so at the top, where it cannot be missed)."""
     path = out / "needs_review.md"
     flagged: dict[tuple, list[str]] = {}
     for r in rows:
-        if r.status in FOR_REVIEW:  # one line for a chapter whose exercises share one reason
+        stray = r.status == NOTE and not r.chapter and UNMATCHED in r.message
+        if r.status in FOR_REVIEW or stray:  # one line for a chapter whose exercises share one reason
             flagged.setdefault((r.student, r.chapter, r.status, r.message), []).append(r.exercise)
     lines = ["# Needs a human look", ""]
     if sandbox_line:
         lines += [f"**{sandbox_line}**" if sandbox_line.startswith("sandbox: none") else sandbox_line, ""]
-    if not flagged:
+    for line in extra:
+        lines.append(f"- {line}")
+    if not flagged and not extra:
         lines.append("Nothing: every chapter was graded normally.")
     for (student, chapter, status, message), exercises in flagged.items():
         what = [e for e in exercises if e]

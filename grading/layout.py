@@ -29,6 +29,8 @@ REFERENCES = TESTS / "references"
 CATALOGUE = TESTS / "catalogue"
 BUILD = ROOT / "_build"
 GRADES = BUILD / "grades"
+GRADESCOPE = BUILD / "gradescope"  # make gradescope: autograder.zip and the tree it is made from
+RELEASE = BUILD / "release"  # make release: the student edition
 PYTEST_INI = ROOT / "pytest.ini"
 
 TEST_FILE = re.compile(r"^test_(?P<stem>(?P<number>\d\d)_\w+)\.py$")
@@ -78,14 +80,21 @@ def chapter_of_test_file(path) -> Chapter | None:
 
 
 def discover_chapters(only: list[str] | None = None, root: Path | None = None) -> list[Chapter]:
-    """Chapters with both graders and a solution notebook, in order. ``only`` keeps
+    """Chapters with both graders and a solution notebook (in a tree without a
+    ``solutions/`` folder: graders and an exercise notebook), in order. ``only`` keeps
     the chapters whose stem or number is listed (``["01_kv_memory"]``, ``["1", "3"]``)."""
     root = root or ROOT
     chapters = []
     for path in sorted((root / "tests").glob("test_[0-9][0-9]_*.py")):
         chapter = chapter_of_test_file(path)
-        if chapter is not None and (root / "solutions" / f"{chapter.stem}.ipynb").exists():
+        if chapter is None:
+            continue
+        if (root / "solutions" / f"{chapter.stem}.ipynb").exists():
             chapters.append(chapter)  # graders without a solution: a chapter still being written
+        elif not (root / "solutions").is_dir() and (root / "exercises" / f"{chapter.stem}.ipynb").exists():
+            # A tree shipped without solutions (the Gradescope autograder, the student
+            # release): its chapters are the graders that have an exercise notebook.
+            chapters.append(chapter)
     if only:
         wanted = {w.strip() for w in only if w.strip()}
         chapters = [c for c in chapters if c.stem in wanted or str(c.number) in wanted or f"{c.number:02d}" in wanted]

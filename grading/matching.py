@@ -129,6 +129,17 @@ def match_folder(student: str, folder: Path, chapters: list[Chapter]) -> Submiss
     return sub
 
 
+def submission_digest(entry: Path) -> str:
+    """A hash of a submission's content (a zip's bytes; a folder's file names and bytes,
+    at any depth): equal digests, equal submissions, whatever the files' times."""
+    h = hashlib.sha256()
+    files = [entry] if entry.is_file() else sorted(p for p in entry.rglob("*") if p.is_file())
+    for path in files:
+        h.update(str(path.relative_to(entry)).encode() if path != entry else b"")
+        h.update(b"\0" + _sha(path).encode() + b"\n")
+    return h.hexdigest()
+
+
 def unpack_zip(path: Path, dest: Path) -> str:
     """Extract only the notebooks of a zip into ``dest`` (flat names, no paths taken
     from the archive). Returns a problem description, or "" when it worked."""

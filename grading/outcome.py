@@ -30,6 +30,8 @@ class Status(str, Enum):
     SKIPPED = "skipped"  # a GPU-only test on a machine without one: not counted
     NOT_RUN = "not run"  # a later case of a batch whose earlier case timed out or crashed
     NOTE = "note"
+    OVERRIDDEN = "overridden"  # the instructor set the points (--overrides); the message says why
+
 
     def __str__(self) -> str:
         return self.value

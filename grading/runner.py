@@ -57,6 +57,15 @@ class ChildResult:
     def finished(self) -> bool:
         return bool(self.of("done"))
 
+    @property
+    def peak_rss_mb(self) -> float | None:
+        """The grading process's peak resident memory in MiB, as it reported at the end;
+        None if it never finished. (Its subprocesses' peaks are reported apart, as
+        ``children_max_rss_kb``: a fork's peak counts pages it shares with its parent.)"""
+        done = self.of("done")
+        kb = done[-1].get("max_rss_kb") if done else None
+        return kb / 1024 if isinstance(kb, (int, float)) else None
+
 
 def child_env(work: Path, threads: int, cuda_devices: str) -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "VIRTUAL_ENV", "PYTHONPATH", "LD_LIBRARY_PATH")

@@ -100,6 +100,12 @@ class ModelCache:
 
 
 # -- layer caches of our own -------------------------------------------------------
+def _held_bytes(*tensors) -> int:
+    """Bytes of the tensors a cache holds (None: nothing yet). Worded unlike the solution
+    of Exercise 8.1, whose method says the same: the student edition ships this file."""
+    return sum(t.nbytes for t in tensors if t is not None)
+
+
 class DenseCache:
     """Keeps every token, stored in ``dtype`` (the reference cache)."""
 
@@ -116,7 +122,7 @@ class DenseCache:
         return self.k, self.v
 
     def nbytes(self):
-        return 0 if self.k is None else self.k.nbytes + self.v.nbytes
+        return _held_bytes(self.k, self.v)
 
 
 class WindowCache:
@@ -150,7 +156,7 @@ class WindowCache:
         return self.pos
 
     def nbytes(self):
-        return 0 if self.k is None else self.k.nbytes + self.v.nbytes
+        return _held_bytes(self.k, self.v)
 
 
 def quantize_int8_per_token(x):

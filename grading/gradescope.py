@@ -1,0 +1,254 @@
+"""Gradescope's front door to the batch grader: one grading path, two front doors.
+
+``python -m grading.gradescope build`` (``make gradescope``) writes
+``_build/gradescope/autograder.zip``, laid out as Gradescope's autograder specification
+asks: ``setup.sh`` and ``run_autograder`` at its root, and beside them what grading
+needs (``grading/``, ``modellab/``, the chosen chapters' graders and references, their
+exercise notebooks, the hidden tests of ``--extra-tests``). No solutions, no catalogue.
+
+``python -m grading.gradescope run --root /autograder`` (what ``run_autograder`` calls
+for every submission) grades ``ROOT/submission`` exactly as ``python -m grading.batch``
+grades one student: the same :class:`grading.batch.Grader`, the same sandboxed child
+per chapter, the same gradebook rows. The rows are then written as
+``ROOT/results/results.json``::
+
+    {"score", "execution_time", "output", "stdout_visibility", "extra_data",
+     "tests": [{"name", "number", "score", "max_score", "status", "output", "visibility"}]}
+
+one test per exercise (``number`` "5.3"); the hidden tests of an exercise are a test of
+their own with ``visibility: after_published`` whose output never names them. A
+placeholder ``results.json`` saying that grading did not finish is written before
+anything runs, and whatever goes wrong afterwards (a crash of the grader itself, a
+timeout) still ends in a valid file that names the failure. The root is a parameter
+(``--root``, or ``AUTOGRADER_ROOT``), so tests run it in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+import zipfile
+from pathlib import Path
+
+from grading import gradebook as gb
+from grading.layout import EXERCISES, GRADESCOPE, REFERENCES, ROOT, TESTS, discover_chapters
+
+STUDENT = "submission"  # the one student of a Gradescope run, as the gradebook rows name them
+CONFIG = "gradescope.json"  # in the zip: the chapters it grades and the limits
+HIDDEN_DIR = "hidden_tests"  # in the zip: the --extra-tests files
+SCRIPTS = ROOT / "tools" / "gradescope"  # setup.sh and run_autograder
+DEFAULT_TIMEOUT_S = 300  # per chapter, as grading.batch
+DEFAULT_MEMORY_MB = 4096  # address space per grading process (RLIMIT_AS), as grading.batch
+# What the top-level files of the zip are, beside the two scripts (all from the repository).
+TOP_FILES = ("requirements.txt", "requirements-nodeps.txt", "pytest.ini", "pyproject.toml")
+PACKAGES = ("grading", "modellab")
+
+
+# -- results.json ---------------------------------------------------------------------------
+def _test_output(row: gb.Row) -> str:
+    """What the student reads under one test: the status and the grader's message; for
+    hidden tests only whether they passed (never their names, source or messages)."""
+    if row.exercise.endswith(" hidden"):
+        if row.status == gb.PASSED:
+            return "passed"
+        if row.status == gb.OVERRIDDEN:
+            return f"{row.status}: {row.message}"
+        return f"{row.status}: some of these tests did not pass"
+    advice = gb.STATUS_ADVICE.get(row.status, "")
+    text = f"{row.status}"
+    text += f": {row.message}" if row.message else ""
+    return text + (f"\n{advice}" if advice else "")
+
+
+def results_from_rows(rows: list[gb.Row], seconds: float, extra: dict | None = None) -> dict:
+    """Gradebook rows of one student -> Gradescope's results.json (a dict)."""
+    tests = []
+    for r in sorted((r for r in rows if r.exercise), key=lambda r: (gb.exercise_order(r.exercise))):
+        hidden = r.exercise.endswith(" hidden")
+        number = r.exercise.split()[0]
+        test = {"name": f"Exercise {number}" + (", further tests" if hidden else "") + f" ({r.chapter})",
+                "number": number + (" hidden" if hidden else ""),
+                "score": round(float(r.points), 3), "max_score": round(float(r.max_points), 3),
+                "output": _test_output(r), "visibility": "after_published" if hidden else "visible"}
+        if r.status != gb.SKIPPED:  # a GPU-only test on a CPU container: neither passed nor failed
+            test["status"] = "passed" if r.status == gb.PASSED or (
+                r.status == gb.OVERRIDDEN and r.points >= r.max_points) else "failed"
+        tests.append(test)
+    graded = [r for r in rows if r.exercise]
+    score, possible = sum(r.points for r in graded), sum(r.max_points for r in graded)
+    lines = [f"Total: {gb._num(score)} / {gb._num(possible)} points."]
+    lines += [f"- {r.chapter + ': ' if r.chapter else ''}{r.message}" for r in rows if not r.exercise and r.message]
+    return {"score": round(score, 3), "execution_time": round(seconds, 1), "output": "\n".join(lines),
+            "stdout_visibility": "hidden", "tests": tests, "extra_data": extra or {}}
+
+
+def failure_results(message: str, seconds: float = 0.0) -> dict:
+    """A valid results.json for a run that could not grade: score 0, the failure named."""
+    return {"score": 0.0, "execution_time": round(seconds, 1), "stdout_visibility": "hidden",
+            "output": f"The autograder could not grade this submission: {message}\n"
+                      "Your instructor has been told (the autograder's log); resubmitting may help.",
+            "tests": [], "extra_data": {"failure": message}}
+
+
+def write_results(path: Path, results: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# -- grading one submission ---------------------------------------------------------------------
+def read_config(source: Path = ROOT) -> dict:
+    path = source / CONFIG
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
+          memory_mb: int = DEFAULT_MEMORY_MB, extra_tests: Path | None = None) -> dict:
+    """Grade ``root/submission`` into ``root/results/results.json`` through the batch
+    grader's path; returns the results. Never raises: a failure is a results.json too."""
+    from grading import batch, sandbox
+
+    start = time.monotonic()
+    path = root / "results" / "results.json"
+    write_results(path, failure_results("grading did not finish (stopped by the platform's time limit, or "
+                                        "the container ran out of memory?)"))
+    box = sandbox.status()
+    print(box.line if box.sandboxed else f"WARNING: {box.line}", flush=True)
+    try:
+        submission = root / "submission"
+        if not submission.is_dir():
+            raise FileNotFoundError(f"no submission folder at {submission}")
+        found = discover_chapters(only=chapters.split(",") if chapters else None)
+        if not found:
+            raise RuntimeError("no chapters to grade in the autograder (tests/test_NN_*.py with exercises/)")
+        hidden = batch.hidden_tests(extra_tests, found)
+        args = argparse.Namespace(timeout=timeout, memory_mb=memory_mb, threads=1, cuda_devices="", workers=1,
+                                  out=(root / "results").resolve(), submissions=submission.resolve(),
+                                  extra_tests=extra_tests)
+        grader = batch.Grader(args, found, hidden)
+        grader.baseline = batch.fingerprint(found, [p for ps in hidden.values() for p in ps])
+        # (setup.sh made the converted model readable to the sandbox's user; importing
+        # modellab here would put torch in this process, beside every child.)
+        grader.collect_plan()
+        with tempfile.TemporaryDirectory(prefix="gradescope-") as scratch:
+            entry = _entry(submission)
+            sub = batch.open_submission(STUDENT, entry, found, Path(scratch))
+            rows = batch.submission_rows(STUDENT, sub, found)
+            for task in batch.submission_tasks(STUDENT, sub, found):
+                print(f"grading {task.chapter.stem}", flush=True)
+                rows += batch._grade_safely(grader, task) or []
+        if grader.compromised:
+            raise RuntimeError(f"the grader's files changed while grading ({grader.compromised})")
+        peak = {stem: round(mb, 1) for (_, stem), mb in grader.peak_rss.items()}
+        import resource
+
+        front = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this process, beside each child
+        results = results_from_rows(rows, time.monotonic() - start,
+                                    {"sandbox": box.line, "peak_rss_mb": peak, "front_door_rss_mb": round(front, 1),
+                                     "grader_root": str(ROOT)})
+        for r in rows:
+            print(f"{r.chapter or '-':<28} {r.exercise or '-':<12} {gb._num(r.points):>6} / "
+                  f"{gb._num(r.max_points):<6} {r.status}  {r.message[:100]}")
+    except BaseException as exc:  # noqa: BLE001 - the file must be written whatever happened
+        traceback.print_exc()
+        results = failure_results(f"{type(exc).__name__}: {exc}"[:1000], time.monotonic() - start)
+        if isinstance(exc, KeyboardInterrupt):
+            write_results(path, results)
+            raise
+    write_results(path, results)
+    return results
+
+
+def _entry(submission: Path) -> Path:
+    """What to match: the submission folder, or the one zip in it when it holds no notebook
+    (a student who uploaded a zip of their folder)."""
+    if any(p.suffix.lower() == ".ipynb" for p in submission.rglob("*") if p.is_file()):
+        return submission
+    zips = sorted(submission.glob("*.zip"))
+    return zips[0] if len(zips) == 1 else submission
+
+
+# -- building the zip ---------------------------------------------------------------------------
+def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None = None,
+          timeout: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB) -> Path:
+    """Write ``out/autograder/`` (the tree) and ``out/autograder.zip`` (the same, zipped
+    with ``setup.sh`` and ``run_autograder`` at its root). Returns the zip's path."""
+    found = discover_chapters(only=chapters.split(",") if chapters else None)
+    if not found:
+        raise ValueError(f"chapters={chapters!r} names no chapter of the book")
+    tree = out / "autograder"
+    shutil.rmtree(tree, ignore_errors=True)
+    tree.mkdir(parents=True)
+    files: dict[str, Path] = {"setup.sh": SCRIPTS / "setup.sh", "run_autograder": SCRIPTS / "run_autograder"}
+    files.update({name: ROOT / name for name in TOP_FILES})
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            files[str(path.relative_to(ROOT))] = path
+    files["tests/__init__.py"] = TESTS / "__init__.py"
+    for path in sorted(REFERENCES.glob("*.py")):  # references may import one another
+        files[str(path.relative_to(ROOT))] = path
+    for c in found:
+        files[f"tests/{c.test_file.name}"] = c.test_file
+        files[f"exercises/{c.stem}.ipynb"] = EXERCISES / f"{c.stem}.ipynb"
+    if extra_tests is not None:
+        from grading.batch import hidden_tests
+
+        for paths in hidden_tests(Path(extra_tests).resolve(), found).values():
+            for path in paths:
+                files[f"{HIDDEN_DIR}/{path.name}"] = path
+    for name, source in files.items():
+        target = tree / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    for script in ("setup.sh", "run_autograder"):
+        (tree / script).chmod(0o755)
+    config = {"chapters": ",".join(c.stem for c in found), "timeout": timeout, "memory_mb": memory_mb}
+    (tree / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    zip_path = out / "autograder.zip"
+    tmp = zip_path.with_name(zip_path.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(tree.rglob("*")):
+            if path.is_file():
+                info = zipfile.ZipInfo(str(path.relative_to(tree)), date_time=(2026, 1, 1, 0, 0, 0))
+                info.external_attr = ((0o755 if os.access(path, os.X_OK) else 0o644) | 0o100000) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                zf.writestr(info, path.read_bytes())
+    os.replace(tmp, zip_path)
+    return zip_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grading.gradescope",
+                                description="Build the Gradescope autograder, or run it on one submission.")
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="write _build/gradescope/autograder.zip")
+    b.add_argument("--out", type=Path, default=GRADESCOPE)
+    b.add_argument("--chapters", default="", help="grade only these chapters, e.g. '1' or '01_kv_memory,3'")
+    b.add_argument("--extra-tests", type=Path, default=None, help="hidden tests test_NN_*.py to ship in the zip")
+    b.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per chapter")
+    b.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="address space per grading process")
+    r = sub.add_parser("run", help="grade ROOT/submission into ROOT/results/results.json")
+    r.add_argument("--root", type=Path, default=Path(os.environ.get("AUTOGRADER_ROOT", "/autograder")))
+    options = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if options.command == "build":
+        zip_path = build(options.out, options.chapters, options.extra_tests, options.timeout, options.memory_mb)
+        print(f"wrote {zip_path} ({zip_path.stat().st_size / 2**10:.0f} KiB)")
+        return 0
+    config = read_config()
+    hidden = ROOT / HIDDEN_DIR
+    grade(options.root.resolve(), chapters=config.get("chapters", ""),
+          timeout=float(config.get("timeout", DEFAULT_TIMEOUT_S)),
+          memory_mb=int(config.get("memory_mb", DEFAULT_MEMORY_MB)),
+          extra_tests=hidden if hidden.is_dir() else None)
+    return 0  # the score is in results.json; a non-zero exit would only hide it
+
+
+if __name__ == "__main__":
+    sys.exit(main())

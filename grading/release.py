@@ -1,0 +1,201 @@
+"""The student edition: ``make release`` (``python -m grading.release``).
+
+An instructor hands this out instead of the repository, which carries ``solutions/`` and
+a book whose appendix prints them. ``_build/release/`` (and ``_build/release.zip``) holds:
+
+- ``book/``: the book, built from ``_toc.yml`` without its solution pages (into
+  ``_build/release-book``, beside the self-study build in ``_build/html``, which keeps
+  the appendix; both share the execution cache, so after ``make book`` only Sphinx runs);
+- ``exercises/``: the exercise notebooks;
+- ``tests/test_NN_topic.py`` and ``tests/references/``: the public graders and the
+  references they compare with; ``grading/`` and ``modellab/``, which they import;
+- ``README.md`` (the student instructions), ``pytest.ini``, the pinned requirements.
+
+It has no ``solutions/``, no hidden tests and no catalogue of wrong implementations,
+and :func:`leaks` proves that no solution body (the code between ``### BEGIN SOLUTION``
+and ``### END SOLUTION`` of any solution notebook, whitespace normalised) appears in
+any of its files, the HTML included; the build stops if one does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+from grading.layout import BUILD, EXERCISES, REFERENCES, RELEASE, ROOT, SOLUTIONS, TESTS, cell_source, discover_chapters
+from grading.regions import find_regions
+
+BOOK_OUT = BUILD / "release-book"  # jupyter-book --path-output: the HTML lands in BOOK_OUT/_build/html
+TOC = BUILD / "release-src" / "_toc.yml"
+STUDENT_README = ROOT / "tools" / "release" / "README.md"
+TOP_FILES = ("pytest.ini", "requirements.txt", "requirements-nodeps.txt", "pyproject.toml")
+PACKAGES = ("grading", "modellab")
+# A body shorter than this (whitespace normalised) is a token, not an answer: `return x`
+# could be anywhere. Every solution body of the book today is longer (the test says so).
+MIN_BODY_CHARS = 12
+TEXT_SUFFIXES = {".html", ".htm", ".ipynb", ".py", ".md", ".txt", ".js", ".json", ".css", ".ini", ".toml", ".yml",
+                 ".yaml", ".csv", ".svg", ".xml", ".inv", ""}
+
+
+def normalise(text: str) -> str:
+    return " ".join(text.split())
+
+
+def solution_bodies(folder: Path = SOLUTIONS) -> dict[str, str]:
+    """``{"01_kv_memory.ipynb cell 5": body}``: every solution region's body, normalised."""
+    import nbformat
+
+    bodies = {}
+    for path in sorted(folder.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for n, cell in enumerate(nb.cells):
+            if cell.get("cell_type") != "code":
+                continue
+            lines = cell_source(cell).splitlines()
+            for region in find_regions(cell_source(cell), f"{path.name} cell {n}"):
+                body = normalise("\n".join(lines[region.start + 1:region.end]))
+                if body:
+                    bodies[f"{path.name} cell {n} line {region.start + 1}"] = body
+    return bodies
+
+
+def texts_of(path: Path) -> list[str]:
+    """The texts a reader could find in a file, normalised: the file itself and, for HTML,
+    what a browser shows (tags stripped, entities decoded: highlighted code is split into
+    spans); for a notebook, its cells' sources and outputs as they read."""
+    if path.suffix.lower() not in TEXT_SUFFIXES:
+        return []
+    raw = path.read_bytes().decode("utf-8", errors="replace")
+    texts = [raw]
+    if path.suffix.lower() in (".html", ".htm", ".svg", ".xml"):
+        texts.append(html.unescape(re.sub(r"<[^>]*>", "", raw)))
+    if path.suffix.lower() in (".ipynb", ".json") or path.name.endswith(".ipynb.txt"):
+        try:
+            nb = json.loads(raw)
+            for cell in nb.get("cells", []) if isinstance(nb, dict) else []:
+                texts.append(cell_source(cell))
+                for out in cell.get("outputs", []):
+                    for value in [out.get("text", "")] + list(out.get("data", {}).values()):
+                        texts.append(value if isinstance(value, str) else "".join(map(str, value)))
+        except (ValueError, AttributeError, TypeError):
+            pass
+    return [normalise(t) for t in texts]
+
+
+def leaks(folder: Path, bodies: dict[str, str] | None = None) -> list[str]:
+    """Every (file, solution region) where a solution body appears in ``folder``."""
+    bodies = solution_bodies() if bodies is None else bodies
+    bodies = {k: v for k, v in bodies.items() if len(v) >= MIN_BODY_CHARS}
+    found = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        for text in texts_of(path):
+            for where, body in bodies.items():
+                if body in text:
+                    found.append(f"{path.relative_to(folder)}: the solution body of {where}")
+        found = list(dict.fromkeys(found))
+    return found
+
+
+def release_toc() -> Path:
+    """``_toc.yml`` without the solution pages (the appendix keeps its other pages)."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    parts = []
+    for part in toc.get("parts", []):
+        chapters = [c for c in part.get("chapters", []) if not str(c.get("file", "")).startswith("solutions/")]
+        if chapters:
+            caption = part.get("caption", "")
+            parts.append({**part, "chapters": chapters,
+                          **({"caption": "Appendix"} if caption.lower().startswith("appendix") else {})})
+    toc["parts"] = parts
+    TOC.parent.mkdir(parents=True, exist_ok=True)
+    TOC.write_text("# Generated by grading.release from _toc.yml: the student edition, no solution pages.\n"
+                   + yaml.safe_dump(toc, sort_keys=False))
+    return TOC
+
+
+def build_book() -> Path:
+    """The book without its solution pages, into BOOK_OUT (warnings are errors, as in make book)."""
+    toc = release_toc()
+    jb = Path(sys.executable).parent / "jupyter-book"
+    subprocess.run([str(jb), "build", str(ROOT), "--toc", str(toc), "--path-output", str(BOOK_OUT), "-W",
+                    "--keep-going"], cwd=ROOT, check=True)
+    html_dir = BOOK_OUT / "_build" / "html"
+    if (html_dir / "solutions").exists():
+        raise RuntimeError(f"{html_dir / 'solutions'} exists: the release book has solution pages")
+    return html_dir
+
+
+def assemble(html_dir: Path, out: Path = RELEASE) -> Path:
+    """Copy what a student needs into ``out`` (emptied first)."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    shutil.copytree(html_dir, out / "book", ignore=shutil.ignore_patterns(".buildinfo", ".doctrees"))
+    files: dict[str, Path] = {name: ROOT / name for name in TOP_FILES}
+    files["README.md"] = STUDENT_README
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            files[str(path.relative_to(ROOT))] = path
+    files["tests/__init__.py"] = TESTS / "__init__.py"
+    for path in sorted(REFERENCES.glob("*.py")):
+        files[str(path.relative_to(ROOT))] = path
+    for c in discover_chapters():
+        files[f"tests/{c.test_file.name}"] = c.test_file
+        files[f"exercises/{c.stem}.ipynb"] = EXERCISES / f"{c.stem}.ipynb"
+    for name, source in files.items():
+        target = out / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    return out
+
+
+def write_zip(folder: Path) -> Path:
+    path = folder.with_suffix(".zip")
+    tmp = path.with_name(path.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file():
+                zf.write(p, Path(folder.name) / p.relative_to(folder))
+    tmp.replace(path)
+    return path
+
+
+def check(folder: Path) -> list[str]:
+    """What must not be in a release: solutions, the catalogue, hidden tests, solution bodies."""
+    problems = [f"{name}/ is in the release" for name in ("solutions", "tests/catalogue", "hidden_tests")
+                if (folder / name).exists()]
+    return problems + leaks(folder)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grading.release", description=__doc__.split("\n\n")[0])
+    p.add_argument("--skip-book", action="store_true",
+                   help="reuse the last release book build in _build/release-book (assemble and check only)")
+    options = p.parse_args(sys.argv[1:] if argv is None else argv)
+    start = time.monotonic()
+    html_dir = BOOK_OUT / "_build" / "html"
+    if not options.skip_book or not html_dir.is_dir():
+        html_dir = build_book()
+    built = time.monotonic() - start
+    out = assemble(html_dir)
+    problems = check(out)
+    if problems:
+        print("the release is not fit to hand out:\n" + "\n".join(f"  {p}" for p in problems[:50]), file=sys.stderr)
+        return 1
+    zip_path = write_zip(out)
+    print(f"wrote {out} and {zip_path} ({zip_path.stat().st_size / 2**20:.1f} MiB); book {built:.0f} s, "
+          f"total {time.monotonic() - start:.0f} s; no solution body in any file")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
