@@ -1,7 +1,10 @@
 """``make bench``: run every ``benchmarks/bench_*.py`` and write ``_build/bench/results.json``.
 
 Each module exposes ``run() -> list[Record]``. Pass names (``python -m benchmarks flash``)
-to run only the modules whose name contains one of them.
+to run only the modules whose name contains one of them. With ``--results`` the records
+are also added to ``benchmarks/results/<date>-<cpu>.json`` with a description of this
+machine (``benchmarks.results``), the file the README's table is generated from
+(``python -m benchmarks.readme``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import traceback
 import torch
 
 from benchmarks.records import Record
+from benchmarks.results import write_results
 from grading.layout import ROOT
 
 OUT = ROOT / "_build" / "bench" / "results.json"
@@ -24,6 +28,8 @@ THREADS = int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1))
 
 def main(argv: list[str]) -> int:
     torch.manual_seed(0)
+    save = "--results" in argv
+    argv = [a for a in argv if a != "--results"]
     modules = sorted(p.stem for p in (ROOT / "benchmarks").glob("bench_*.py"))
     if argv:
         modules = [m for m in modules if any(a in m for a in argv)]
@@ -52,6 +58,9 @@ def main(argv: list[str]) -> int:
     for r in records:
         print(f"{r.name:<44} {r.value:>12.4g} {r.unit:<10} {r.goal:<9} {_verdict(r)}")
     print(f"\nwrote {OUT.relative_to(ROOT)} ({len(merged)} records); torch threads: {THREADS}")
+    if save:
+        path = write_results([r.to_json() for r in records], THREADS)
+        print(f"added {len(records)} records to {path.relative_to(ROOT)}")
     if failed_modules:
         print("benchmark modules that crashed: " + ", ".join(failed_modules))
     return 1 if failed_modules else 0

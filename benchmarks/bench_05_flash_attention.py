@@ -8,7 +8,13 @@ for memory.
 - ``flash.peak_mem_naive_over_flash_n8192``: peak memory of naive
   attention (the N x N score matrix) over that of ``flash_attention``, N=8192 (goal >= 10);
 - ``flash.causal_speedup_over_full``: ``flash_attention`` non-causal time / causal
-  time, N=4096 (goal >= 1.6: causal skips the tiles above the diagonal).
+  time, N=4096 (goal >= 1.6: causal skips the tiles above the diagonal);
+- ``flash.gflops_fraction_of_matmul``: the GFLOP/s of ``flash_attention`` (non-causal,
+  counted as the two matrix products, 4 B H N^2 d FLOPs) over the GFLOP/s of one plain
+  ``torch.matmul`` of two square fp32 matrices doing the same number of FLOPs (n x n by
+  n x n, 2 n^3 ~ 4 B H N^2 d), timed in the same rounds: how close the tiled loop comes
+  to what this machine's BLAS reaches on one large product (report);
+- ``flash.sdpa_gflops_fraction_of_matmul``: the same for SDPA (report).
 
 Both sides run in this process with the same inputs and threads, called in turn, round
 after round; a ratio is the median over rounds of the two times *within* a round
@@ -49,18 +55,31 @@ def run() -> list[Record]:
         err = (sol.flash_attention(q, k, v, causal=causal) - F.scaled_dot_product_attention(q, k, v, is_causal=causal)).abs().max()
         assert err < 1e-4, f"flash_attention differs from SDPA by {err} (causal={causal})"
 
-    sdpa, flash, sdpa_causal, flash_causal = paired_times([
+    attn_flops = 4 * B * H * N * N * D  # QK^T and PV, 2 N^2 d each per head
+    n = round((attn_flops / 2) ** (1 / 3) / 64) * 64  # the square matmul of about the same work
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    matmul_flops = 2 * n**3
+
+    sdpa, flash, sdpa_causal, flash_causal, matmul = paired_times([
         lambda: F.scaled_dot_product_attention(q, k, v),
         lambda: sol.flash_attention(q, k, v),
         lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         lambda: sol.flash_attention(q, k, v, causal=True),
+        lambda: torch.matmul(a, b),
     ], rounds=ROUNDS)
+    del a, b
+    block_q, block_k = sol.flash_block_sizes(N, N, 1)
+
+    def fraction_of_matmul(times):
+        """Median over rounds of (attention GFLOP/s) / (matmul GFLOP/s), both from one round."""
+        return median_ratio([attn_flops / t for t in times], [matmul_flops / t for t in matmul])
 
     qm, km, vm = (torch.randn(1, MEM_H, MEM_N, D) for _ in range(3))
     naive_bytes = peak_bytes(sol, sol.naive_attention, qm, km, vm)
     flash_bytes = peak_bytes(sol, sol.flash_attention, qm, km, vm)
     del qm, km, vm
     shape = f"B={B} H={H} N={N} d={D} fp32, {torch.get_num_threads()} threads"
+    tiles = f"tiles {block_q}x{block_k} (flash_block_sizes)"
 
     def vs(ours, peer, what, peer_name):
         """The note of a ratio: how it was taken, and the best times of both sides."""
@@ -69,7 +88,7 @@ def run() -> list[Record]:
 
     return [
         Record("flash.cpu_vs_sdpa_n4096", median_ratio(flash, sdpa), "x", "<= 1.5",
-               note=vs(flash, sdpa, "", "SDPA")),
+               note=vs(flash, sdpa, f", {tiles}", "SDPA")),
         Record("flash.causal_cpu_vs_sdpa_n4096", median_ratio(flash_causal, sdpa_causal), "x", "<= 1.5",
                note=vs(flash_causal, sdpa_causal, ", causal", "SDPA")),
         Record("flash.peak_mem_naive_over_flash_n8192", naive_bytes / flash_bytes, "x", ">= 10",
@@ -78,4 +97,10 @@ def run() -> list[Record]:
         Record("flash.causal_speedup_over_full", median_ratio(flash, flash_causal), "x", ">= 1.6",
                note=vs(flash, flash_causal, ", full over causal", "causal")),
         Record("flash.sdpa_ms_n4096", min(sdpa) * 1e3, "ms", note=f"{shape}: the peer's own best time, for context"),
+        Record("flash.gflops_fraction_of_matmul", fraction_of_matmul(flash), "ratio",
+               note=f"{shape}, {tiles}: median of {ROUNDS} paired rounds; best {attn_flops / min(flash) / 1e9:.1f} "
+                    f"GFLOP/s vs torch.matmul {n}x{n} @ {n}x{n} {matmul_flops / min(matmul) / 1e9:.1f} GFLOP/s"),
+        Record("flash.sdpa_gflops_fraction_of_matmul", fraction_of_matmul(sdpa), "ratio",
+               note=f"{shape}: median of {ROUNDS} paired rounds; best {attn_flops / min(sdpa) / 1e9:.1f} "
+                    f"GFLOP/s vs torch.matmul {n}x{n} @ {n}x{n} {matmul_flops / min(matmul) / 1e9:.1f} GFLOP/s"),
     ]

@@ -1,6 +1,7 @@
 """The benchmark harness itself (``make bench`` measures; these check how it measures)."""
 
 import importlib
+import json
 
 import pytest
 import torch
@@ -54,3 +55,40 @@ def test_every_benchmark_module_has_run(name):
     assert callable(getattr(module, "run", None))
     if "load_solutions" in vars(module):  # solution notebooks go through the thread-keeping loader
         assert module.load_solutions is load_solutions
+
+
+def test_readme_table_is_generated_from_the_results_files():
+    from benchmarks.readme import README, updated_readme
+
+    text = README.read_text()
+    assert updated_readme(text) == text, (
+        "README.md's benchmark table is not what the results files give: run `python -m benchmarks.readme`"
+    )
+
+
+def test_results_files_say_which_machine():
+    from benchmarks.results import RESULTS_DIR, load_all
+
+    runs = load_all()
+    assert runs, f"no results file in {RESULTS_DIR}"
+    for run in runs:
+        assert run["file"].startswith(run["date"]), f"{run['file']}: the name starts with the run's date"
+        for key in ("cpu_model", "cpu_vendor", "logical_cores", "torch_threads", "blas", "torch"):
+            assert run["machine"].get(key) not in (None, ""), f"{run['file']}: machine lacks {key}"
+        for record in run["records"]:
+            Record(record["name"], record["value"], record["unit"], record["goal"])  # a goal it can parse
+            assert set(record) >= {"name", "value", "unit", "goal", "pass", "note"}, run["file"]
+
+
+def test_results_are_added_to_the_file_of_the_day(tmp_path, monkeypatch):
+    from benchmarks import results
+
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    first = Record("a.one", 1.0, "x", "<= 2").to_json()
+    path = results.write_results([first, Record("a.two", 2.0, "x").to_json()], threads=1, date="2030-01-02")
+    results.write_results([Record("a.one", 3.0, "x", "<= 2").to_json()], threads=1, date="2030-01-02")
+    data = json.loads(path.read_text())
+    assert path.name.startswith("2030-01-02-") and data["machine"]["torch_threads"] == 1
+    assert {r["name"]: r["value"] for r in data["records"]} == {"a.one": 3.0, "a.two": 2.0}
+    with pytest.raises(RuntimeError, match="thread count"):
+        results.write_results([first], threads=2, date="2030-01-02")

@@ -1,0 +1,100 @@
+"""Results files: one committed JSON file per run and machine, ``benchmarks/results/<date>-<cpu>.json``.
+
+A file holds ``{"date", "machine", "source", "records"}``: ``machine`` says what ran the
+benchmarks (CPU model and vendor, cores, torch's threads, BLAS, torch version),
+``source`` how the file came to be, and ``records`` is the list of
+``Record.to_json()``. ``python -m benchmarks --results MODULES`` writes today's file for
+this CPU, adding to it when it exists (the records of a module run again replace the
+old ones); ``python -m benchmarks.readme`` builds the README's table from these files.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+from pathlib import Path
+
+import torch
+
+from grading.layout import ROOT
+
+RESULTS_DIR = ROOT / "benchmarks" / "results"
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (empty where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    fields = {}
+    for line in text.split("\n\n")[0].splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
+def blas_build() -> str:
+    """The BLAS torch was built with, from ``torch.__config__.show()`` (e.g. "Intel(R) oneAPI
+    Math Kernel Library Version 2024.2", "OpenBLAS"), and its CPU capability (AVX2, AVX512)."""
+    config = torch.__config__.show()
+    mkl = re.search(r"Intel\(R\) (?:oneAPI )?Math Kernel Library Version [\d.]+", config)
+    blas = re.search(r"BLAS_INFO=(\w+)", config)
+    name = mkl.group(0) if mkl else (blas.group(1) if blas else "unknown BLAS")
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f"{name}, {capability}"
+
+
+def machine(threads: int) -> dict[str, object]:
+    """What ran the benchmarks: CPU model and vendor, logical cores, torch threads, BLAS."""
+    info = _cpuinfo()
+    return {
+        "cpu_model": info.get("model name") or platform.processor() or "unknown CPU",
+        "cpu_vendor": info.get("vendor_id", "unknown vendor"),
+        "logical_cores": os.cpu_count(),
+        "torch_threads": threads,
+        "blas": blas_build(),
+        "torch": torch.__version__,
+        "virtual_machine": "hypervisor" in info.get("flags", "").split(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def slug(text: str) -> str:
+    """'AMD EPYC 7763 64-Core Processor' -> 'amd-epyc-7763-64-core-processor'."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "cpu"
+
+
+def results_path(date: str, cpu_model: str) -> Path:
+    return RESULTS_DIR / f"{date}-{slug(cpu_model)}.json"
+
+
+def write_results(records: list[dict], threads: int, date: str | None = None) -> Path:
+    """Add ``records`` (``Record.to_json()`` dicts) to today's results file for this CPU
+    and thread count; a record of the same name replaces the old one. Returns the path."""
+    date = date or datetime.date.today().isoformat()
+    here = machine(threads)
+    path = results_path(date, str(here["cpu_model"]))
+    old = json.loads(path.read_text()) if path.exists() else None
+    if old is not None and old["machine"] != here:
+        raise RuntimeError(f"{path.name} was written by another machine or thread count "
+                           f"({old['machine']}); this one is {here}. Move it aside first.")
+    merged = {r["name"]: r for r in (old["records"] if old else [])}
+    merged.update({r["name"]: r for r in records})
+    data = {"date": date, "machine": here, "source": "python -m benchmarks --results",
+            "records": sorted(merged.values(), key=lambda r: r["name"])}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def load_all() -> list[dict]:
+    """Every committed results file, oldest first (by date, then name)."""
+    files = sorted(RESULTS_DIR.glob("*.json"))
+    runs = [dict(json.loads(p.read_text()), file=p.name) for p in files]
+    # Other data beside the runs (Chapter 9's perplexity curves) carry no records.
+    runs = [r for r in runs if "records" in r]
+    return sorted(runs, key=lambda r: (r["date"], r["file"]))
