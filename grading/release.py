@@ -37,7 +37,7 @@ BOOK_OUT = BUILD / "release-book"  # jupyter-book --path-output: the HTML lands 
 TOC = BUILD / "release-src" / "_toc.yml"
 STUDENT_README = ROOT / "tools" / "release" / "README.md"
 TOP_FILES = ("pytest.ini", "requirements.txt", "requirements-nodeps.txt", "pyproject.toml")
-PACKAGES = ("grading", "modellab")
+PACKAGES = ("grading", "modellab", "distlab", "gpucompile")  # what the graders import
 # A body shorter than this (whitespace normalised) is a token, not an answer: `return x`
 # could be anywhere. Every solution body of the book today is longer (the test says so).
 MIN_BODY_CHARS = 12
