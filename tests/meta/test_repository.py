@@ -127,3 +127,13 @@ def test_stored_outputs_hold_no_stderr_and_no_paths():
 def test_stored_outputs_hold_no_errors():
     errors = [f"{name} cell {i}" for name, i, out in compared_outputs() if out.get("output_type") == "error"]
     assert not errors, f"solution cells store an error: {errors}"
+
+
+def test_bibliography_parses_with_unique_keys():
+    """A merge can drop a closing brace or repeat an entry; the book build then fails late."""
+    from pybtex.database import parse_file
+
+    keys = re.findall(r"^@\w+\{([^,\s]+),", (ROOT / "references.bib").read_text(), re.M)
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    assert not repeated, f"references.bib repeats {repeated}"
+    assert len(parse_file(str(ROOT / "references.bib")).entries) == len(keys)
