@@ -137,3 +137,10 @@ def test_bibliography_parses_with_unique_keys():
     repeated = sorted({k for k in keys if keys.count(k) > 1})
     assert not repeated, f"references.bib repeats {repeated}"
     assert len(parse_file(str(ROOT / "references.bib")).entries) == len(keys)
+
+
+def test_chapters_do_not_link_to_solution_notebooks():
+    """The student edition builds the chapters without solutions/; a link there breaks its build."""
+    linked = [f"{p.name}:{n}" for p in sorted((ROOT / "chapters").glob("*.md"))
+              for n, line in enumerate(p.read_text().splitlines(), 1) if "](../solutions/" in line]
+    assert not linked, f"chapter lines linking into solutions/: {linked}"
