@@ -42,7 +42,7 @@ from pathlib import Path
 
 from benchmarks.records import Record, median_ratio
 from grading import sandbox
-from grading.matching import discover_chapters
+from grading.layout import discover_chapters
 from grading.layout import ROOT
 
 

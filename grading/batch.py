@@ -38,8 +38,8 @@ from pathlib import Path
 
 from grading import gradebook as gb
 from grading import sandbox
-from grading.layout import EXERCISE_LINE, EXERCISES, GRADES, ROOT, SOLUTIONS, cell_source
-from grading.matching import (Chapter, Submission, discover_chapters, list_students, match_folder,
+from grading.layout import EXERCISE_LINE, EXERCISES, GRADES, ROOT, SOLUTIONS, cell_source, discover_chapters
+from grading.matching import (Chapter, Submission, list_students, match_folder,
                               submission_digest, unpack_zip)
 from grading.loader import MAX_CAPTURED_CHARS
 from grading.runner import OUTPUT_CAP, ChildResult, kill_all, run_child

@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grading.outcome import FOR_REVIEW, Status, describe_signal, earned
+from grading.outcome import FOR_REVIEW, MESSAGE_CHARS, Status, clip, describe_signal, earned
 
 FIELDS = ["student", "chapter", "exercise", "points", "max_points", "status", "message"]
 PASSED, FAILED, NOT_ATTEMPTED, ERROR = Status.PASSED, Status.FAILED, Status.NOT_ATTEMPTED, Status.ERROR
@@ -30,7 +30,6 @@ UNMATCHED = "was not matched to a chapter"
 # A process that died of memory leaves only words in its output (no exception to classify).
 MEMORY_WORDS = re.compile(r"MemoryError|can't allocate memory|DefaultCPUAllocator|std::bad_alloc|"
                           r"Cannot allocate memory|out of memory", re.I)
-MESSAGE_CHARS = 400
 
 
 @dataclass
@@ -69,7 +68,7 @@ def one_line(message: str, limit: int = MESSAGE_CHARS) -> str:
     text = "; ".join(keep) or message.strip().splitlines()[0] if message.strip() else ""
     text = re.sub(r"0x[0-9a-f]{6,}", "0x...", text)
     text = re.sub(r"/\S*/grade-[^/\s]+/work/notebooks/", "", text)  # the child's temporary paths
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(text, limit)
 
 
 def exercise_order(label: str) -> tuple:

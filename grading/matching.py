@@ -19,7 +19,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading.layout import Chapter, discover_chapters  # noqa: F401 - discover_chapters re-exported
+from grading.layout import Chapter
 
 # A zip is read, not trusted: only notebooks come out of it, and not too many bytes.
 MAX_ZIP_NOTEBOOK_BYTES = 200 * 2**20

@@ -99,7 +99,12 @@ def summary(exc: BaseException, where: str = "") -> str:
     else:
         text = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
     text += f"; {where}" if where else ""
-    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
+    return clip(text)
+
+
+def clip(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def earned(points: float, passed: int, graded: int) -> float:
