@@ -87,7 +87,10 @@ def status() -> Status:
         return Status(False, "sandbox: none (running as root, and setpriv, which drops root inside the "
                              "sandbox, is missing): a hostile submission can stop this run")
     work = Path(os.environ.get("TMPDIR", "/tmp"))
-    probe = wrap([sys.executable, "-c", "import os; print(os.getpid(), os.getuid())"], work=work, hide=[],
+    # The probe imports the grader as the child will: a repository the sandbox's uid cannot
+    # enter (a clone inside a 0700 folder, such as mktemp -d makes) must turn the sandbox off.
+    probe = wrap([sys.executable, "-c", "import grading.child, os; print(os.getpid(), os.getuid())"], work=work,
+                 hide=[],
                  uid=SANDBOX_UIDS[0], chdir=False)
     try:
         done = subprocess.run(probe, capture_output=True, timeout=60)
