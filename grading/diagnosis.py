@@ -217,13 +217,18 @@ def section_of(stem: str, exercise: str) -> str:
 
 
 # -- building and checking the table -----------------------------------------------------
-def build(stem: str, catalogue, runs: dict[str, dict[str, dict | str | None]], exercise_of: dict[str, str]) -> dict:
+def build(stem: str, catalogue, runs: dict[str, dict[str, dict | str | None]], exercise_of: dict[str, str],
+          write: bool = False) -> dict:
     """The table for one chapter from a ``--prove`` run. ``runs[bug][case]`` is the bug's
     observation at a failing case, or ``"passed"``; ``exercise_of[case]`` is the exercise
-    that case grades. Only the cases of the bug's own exercise are kept."""
+    that case grades. Only the cases of the bug's own exercise are kept. A bug this run
+    did not reach (``-k``) is marked ``"ran": False`` unless the table is to be written."""
     bugs = {}
     for bug in catalogue:
         own = {c: o for c, o in runs.get(bug.name, {}).items() if exercise_of.get(c) == bug.exercise}
+        if bug.name not in runs and not write:
+            bugs[bug.name] = {"exercise": bug.exercise, "ran": False, "tested": [], "failed": {}}
+            continue
         bugs[bug.name] = {
             "exercise": bug.exercise,
             "hint": bug.hint or bug.why,
@@ -234,11 +239,26 @@ def build(stem: str, catalogue, runs: dict[str, dict[str, dict | str | None]], e
     return bugs
 
 
+def _first_difference(stored: dict, fresh: dict) -> str:
+    """Where a bug's fresh run parts from its stored outputs, for the proof's report."""
+    for case in sorted(set(stored["failed"]) | set(fresh["failed"])):
+        old, new = stored["failed"].get(case), fresh["failed"].get(case)
+        if old is None or new is None:
+            return f"{case} {'now fails' if old is None else 'now passes'}"
+        if not same(new, old):
+            if old.get("kind") == new.get("kind") == "close" and old["check"] == new["check"]:
+                gaps = [abs(a - b) for a, b in zip(new["values"], old["values"]) if a is not None and b is not None]
+                return f"{case}: values differ by up to {max(gaps, default=float('nan')):.3g} (atol {old['atol']:g})"
+            return f"{case}: {str(old)[:160]} -> {str(new)[:160]}"
+    return "the same cases pass and fail, yet no match (report this)"
+
+
 def proof(table: dict, fresh: dict) -> dict:
     """How the stored ``table`` diagnoses each bug as this run saw it (``fresh``, the same
     layout): a bug is *recalled* when its fresh outputs are diagnosed as itself, and a
     *false diagnosis* names another bug. The rest say why not."""
     recalled, false, missed = [], [], {}
+    fresh = {name: bug for name, bug in fresh.items() if bug.get("ran", True)}  # -k may leave bugs out
     for name, bug in sorted(fresh.items()):
         failed = bug["failed"]
         passed = set(bug["tested"]) - set(failed)
@@ -254,7 +274,7 @@ def proof(table: dict, fresh: dict) -> dict:
         elif len(found) > 1:
             missed[name] = "fails exactly like " + ", ".join(n for n in found if n != name)
         else:
-            missed[name] = "its outputs differ from the stored table (run python -m grading.diagnosis --write)"
+            missed[name] = f"its outputs differ from the stored table: {_first_difference(table[name], bug)}"
     total = len(fresh)
     return {"bugs": total, "recalled": len(recalled), "recall": len(recalled) / total if total else 1.0,
             "false_diagnoses": false, "missed": missed}
