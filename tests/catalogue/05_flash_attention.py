@@ -60,13 +60,13 @@ for j in range(min(num_splits, N)):
     o_j, l_j = finalize(m, l, acc)
     outs.append(o_j)
     lses.append(l_j)
-out_parts, lse_parts = torch.stack(outs, 1), torch.stack(lses, 1)  # (P, S, G, d), (P, S, G)
+out_parts, lse_parts = torch.stack(outs, 1), torch.stack(lses, 1)  # (P, n_chunks, G, d), (P, n_chunks, G)
 lse = torch.logsumexp(lse_parts, dim=1)
 out = (torch.exp(lse_parts - lse.unsqueeze(1)).unsqueeze(-1) * out_parts).sum(1)
 out, lse = out.to(q.dtype).view(B, H, 1, d), lse.view(B, H, 1)
 if return_partials:
-    S = out_parts.shape[1]
-    return out, lse, out_parts.transpose(1, 2).reshape(B, H, S, d), lse_parts.transpose(1, 2).reshape(B, H, S)
+    n = out_parts.shape[1]
+    return out, lse, out_parts.transpose(1, 2).reshape(B, H, n, d), lse_parts.transpose(1, 2).reshape(B, H, n)
 return (out, lse) if return_lse else out
 '''
 
