@@ -15,6 +15,11 @@ smaller than 16, a loop variable that changes shape). ``test_compiles_for_gpu`` 
 every graded kernel for an A100 (sm_80) and an H100 (sm_90) with no GPU present
 (gpucompile: Triton's compiler and NVIDIA's ptxas, shipped in the Triton wheel), in a
 child process without the interpreter, at the block sizes the chapter uses.
+
+Exercises 7.6 (occupancy) and 7.7 (block configuration) read the compiler's report. They
+are graded on hand-made cases, each isolating one rule, and on the ptxas reports of the
+notebook's own flash_fwd_kernel compiled for sm_90 and sm_80 in one child; where the Triton
+wheel has no ptxas, those cases are skipped with the reason (not counted).
 """
 
 import math
