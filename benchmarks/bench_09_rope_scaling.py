@@ -133,13 +133,14 @@ def run() -> list[Record]:
     return records_from(results)
 
 
-SAME_SETUP = ("machine", "python", "model", "text", "trained_len", "factor", "bin", "lengths")
+SAME_SETUP = ("model", "text", "trained_len", "factor", "bin", "lengths")
 
 
 def merged(old: dict, new: dict) -> dict:
-    """``old`` with the methods of ``new`` added (or replaced), each with the date it was
-    measured; refused unless both read the same text with the same model on the same
-    kind of machine, so that the curves of one figure stay comparable."""
+    """``old`` with the methods of ``new`` added (or replaced), each with the date and the
+    machine it was measured on; refused unless both read the same text with the same
+    model, so that the curves of one figure stay comparable. (A perplexity does not depend
+    on the CPU beyond float rounding; the seconds do, and are kept per method.)"""
     differ = [key for key in SAME_SETUP if old.get(key) != new.get(key)]
     if differ:
         raise SystemExit(f"{RESULTS.name} was measured with another {', '.join(differ)}: "
@@ -147,6 +148,8 @@ def merged(old: dict, new: dict) -> dict:
     out = {**old, "date": new["date"]}
     out["dates"] = {**{m: old["date"] for m in old["ppl"]}, **old.get("dates", {}),
                     **{m: new["date"] for m in new["ppl"]}}
+    out["machines"] = {**{m: old["machine"] for m in old["ppl"]}, **old.get("machines", {}),
+                       **{m: new["machine"] for m in new["ppl"]}}
     for key in ("ppl", "nll_by_position", "seconds"):
         out[key] = {**old[key], **new[key]}
     return out
