@@ -27,6 +27,7 @@ from gpucompile import KernelCompileError, compile_kernel, jitted_functions
 from gpucompile.chapter07 import ARCHS, GRADED_KERNELS, case_ids, graded_request
 from grading.compare import GradingFailure, assert_close, assert_raises, call_text
 from grading.isolation import run_checks, shared_batch
+from grading.triton_bounds import bounds_checked
 from tests.references import ref_07_triton_kernels as ref
 
 INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
@@ -289,7 +290,17 @@ DTYPE_FIELD = {"7.1": 1, "7.2": 2, "7.3": 5, "7.4": 5, "7.5": 5}  # where each c
 
 
 def check_case(nb, exercise, cid, device):
-    """Runs in the child (grading.isolation): one case of one exercise on ``nb``."""
+    """Runs in the child (grading.isolation): one case of one exercise on ``nb``. Under the
+    interpreter every load and store is checked against the tensor it points into
+    (grading.triton_bounds): reading past a tensor fails the case even when the values
+    read are thrown away."""
+    if device != "cpu":
+        return _check_case(nb, exercise, cid, device)
+    with bounds_checked():
+        return _check_case(nb, exercise, cid, device)
+
+
+def _check_case(nb, exercise, cid, device):
     torch.set_num_threads(1)
     if cid.startswith("bad:"):
         cid = cid[4:]
