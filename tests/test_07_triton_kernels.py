@@ -4,7 +4,11 @@ Every kernel runs in a child process (grading.isolation): under TRITON_INTERPRET
 unmasked load is a real out-of-bounds access and can kill the process with SIGSEGV;
 isolated, that is one failed exercise with the signal named. The cases of one
 exercise share one child (importing torch and Triton costs seconds), and its results
-are kept for the parametrized tests of that exercise.
+are kept for the parametrized tests of that exercise. In the child, every load and store
+of an interpreted kernel is checked against the tensor its pointer came from
+(grading.triton_bounds): a kernel that reads past a tensor fails with the argument and
+the element ("load from `K` at element 4160, past its end (4096)"), even when it throws
+the values away and its result is right.
 
 On CPU the kernels run through the interpreter in fp32 and fp16 (the interpreter does
 not emulate bf16 arithmetic faithfully). The tests marked ``gpu`` run the same value
