@@ -78,6 +78,16 @@ class _Launch:
     kernel: str
     arguments: list[_Argument] = field(default_factory=list)
     by_id: dict[int, _Argument] = field(default_factory=dict)  # id(host tensor) -> its argument
+    # The arguments' fake bases, spans and real bases as arrays, indexed by region - 1.
+    fake_bases: np.ndarray | None = None
+    spans: np.ndarray | None = None
+    real_bases: np.ndarray | None = None
+
+    def freeze(self) -> None:
+        """Build the lookup arrays once per launch (every memory operation indexes them)."""
+        self.fake_bases = np.array([a.fake_base for a in self.arguments], dtype=np.uint64)
+        self.spans = np.array([a.span_bytes for a in self.arguments], dtype=np.int64)
+        self.real_bases = np.array([a.real_base for a in self.arguments], dtype=np.uint64)
 
 
 def _span_bytes(t) -> int:
@@ -106,6 +116,7 @@ class _Checker:
         for name, value in named.items():
             if name not in executor.constexprs:
                 self._add(launch, name, value)
+        launch.freeze()
         self.launch = launch
 
     def _add(self, launch: _Launch, name: str, value) -> None:
@@ -138,20 +149,18 @@ class _Checker:
         fake = np.asarray(ptrs.data).astype(np.uint64)
         active = np.ones(fake.shape, dtype=bool) if mask is None else np.broadcast_to(
             np.asarray(mask.data, dtype=bool), fake.shape)
-        args = self.launch.arguments
+        launch = self.launch
         region = (fake >> np.uint64(REGION_BITS)).astype(np.int64) - 1
-        known = (region >= 0) & (region < len(args))
+        known = (region >= 0) & (region < len(launch.arguments))
         index = np.where(known, region, 0)
-        fake_bases = np.array([a.fake_base for a in args], dtype=np.uint64)[index]
-        offsets = (fake - fake_bases).view(np.int64)  # wraps below the base to a negative offset
-        spans = np.array([a.span_bytes for a in args], dtype=np.int64)[index]
+        offsets = (fake - launch.fake_bases[index]).view(np.int64)  # wraps below the base to a negative offset
+        spans = launch.spans[index]
         width = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)  # bytes one lane touches
         inside = known & (offsets >= 0) & (offsets + width <= spans)
         bad = active & ~inside
         if bad.any():
             self._fail(operation, bad, known, index, offsets)
-        real_bases = np.array([a.real_base for a in args], dtype=np.uint64)[index]
-        real = np.where(active, real_bases + offsets.view(np.uint64), np.uint64(0))  # masked-off lanes: never read
+        real = np.where(active, launch.real_bases[index] + offsets.view(np.uint64), np.uint64(0))  # masked-off lanes: never read
         return interp.TensorHandle(real, ptrs.dtype)
 
     def _fail(self, operation, bad, known, index, offsets):
