@@ -160,7 +160,8 @@ class _Checker:
         bad = active & ~inside
         if bad.any():
             self._fail(operation, bad, known, index, offsets)
-        real = np.where(active, launch.real_bases[index] + offsets.view(np.uint64), np.uint64(0))  # masked-off lanes: never read
+        # Masked-off lanes get address 0: the interpreter never reads or writes them.
+        real = np.where(active, launch.real_bases[index] + offsets.view(np.uint64), np.uint64(0))
         return interp.TensorHandle(real, ptrs.dtype)
 
     def _fail(self, operation, bad, known, index, offsets):
