@@ -14,7 +14,13 @@ for memory.
   ``torch.matmul`` of two square fp32 matrices doing the same number of FLOPs (n x n by
   n x n, 2 n^3 ~ 4 B H N^2 d), timed in the same rounds: how close the tiled loop comes
   to what this machine's BLAS reaches on one large product (report);
-- ``flash.sdpa_gflops_fraction_of_matmul``: the same for SDPA (report).
+- ``flash.sdpa_gflops_fraction_of_matmul``: the same for SDPA (report);
+- ``flash.split_kv_decode_speedup_n65536``: one decode step (B=1, H=32, H_kv=8, d=128,
+  fp32) against a 65,536-token cache: time of ``split_kv_decode`` unsplit
+  (``num_splits=1``) / time split into ``DECODE_SPLITS`` chunks (report). On a GPU the
+  split is what puts a long cache on many SMs when B x H_kv = 8 would fill only 8 of
+  them; on a CPU, PyTorch already spreads one long row over every thread, so this
+  records what splitting costs or gains here, not what it does on a GPU.
 
 Both sides run in this process with the same inputs and threads, called in turn, round
 after round; a ratio is the median over rounds of the two times *within* a round
@@ -37,6 +43,11 @@ from benchmarks.solutions import load_solutions
 B, H, N, D = 1, 8, 4096, 64
 MEM_N, MEM_H = 8192, 2  # H=2 keeps naive attention's 8192 x 8192 scores at 0.5 GiB per copy
 ROUNDS = 9  # paired rounds of the four timed calls (about 10 s at 2 threads)
+# Split-KV decode: a Llama-3-8B-like layer (32 query heads, 8 KV heads of 128) and one
+# sequence, so B x H_kv = 8 groups. 16 splits is what a GPU heuristic picks for that on a
+# 132-SM H100 (about 132 / 8 programs per group); K and V are 256 MiB each in fp32.
+DECODE_B, DECODE_H, DECODE_H_KV, DECODE_N, DECODE_D = 1, 32, 8, 65536, 128
+DECODE_SPLITS = 16
 
 
 def peak_bytes(sol, fn, q, k, v) -> int:
@@ -78,6 +89,15 @@ def run() -> list[Record]:
     naive_bytes = peak_bytes(sol, sol.naive_attention, qm, km, vm)
     flash_bytes = peak_bytes(sol, sol.flash_attention, qm, km, vm)
     del qm, km, vm
+    qd = torch.randn(DECODE_B, DECODE_H, 1, DECODE_D)
+    kd, vd = (torch.randn(DECODE_B, DECODE_H_KV, DECODE_N, DECODE_D) for _ in range(2))
+    err = (sol.split_kv_decode(qd, kd, vd, DECODE_SPLITS) - sol.split_kv_decode(qd, kd, vd, 1)).abs().max()
+    assert err < 1e-5, f"split and unsplit decode differ by {err}"
+    unsplit, split = paired_times([
+        lambda: sol.split_kv_decode(qd, kd, vd, 1),
+        lambda: sol.split_kv_decode(qd, kd, vd, DECODE_SPLITS),
+    ], rounds=ROUNDS)
+    del qd, kd, vd
     shape = f"B={B} H={H} N={N} d={D} fp32, {torch.get_num_threads()} threads"
     tiles = f"tiles {block_q}x{block_k} (flash_block_sizes)"
 
@@ -103,4 +123,8 @@ def run() -> list[Record]:
         Record("flash.sdpa_gflops_fraction_of_matmul", fraction_of_matmul(sdpa), "ratio",
                note=f"{shape}: median of {ROUNDS} paired rounds; best {attn_flops / min(sdpa) / 1e9:.1f} "
                     f"GFLOP/s vs torch.matmul {n}x{n} @ {n}x{n} {matmul_flops / min(matmul) / 1e9:.1f} GFLOP/s"),
+        Record("flash.split_kv_decode_speedup_n65536", median_ratio(unsplit, split), "x",
+               note=f"decode B={DECODE_B} H={DECODE_H} H_kv={DECODE_H_KV} N={DECODE_N} d={DECODE_D} fp32, "
+                    f"{torch.get_num_threads()} threads: split_kv_decode num_splits=1 over num_splits={DECODE_SPLITS}, "
+                    f"median of {ROUNDS} paired rounds; best {min(unsplit) * 1e3:.0f} ms vs {min(split) * 1e3:.0f} ms"),
     ]

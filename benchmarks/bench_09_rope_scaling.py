@@ -16,7 +16,7 @@ on a 2-core CPU, so ``make bench`` (``run``) measures only the two methods of it
 and the chapter reads all four from ``benchmarks/results/09_rope_scaling_ppl.json``,
 which states the date and the machine. Refresh it with
 
-    .venv/bin/python -m benchmarks.bench_09_rope_scaling --write
+    .venv/bin/python -m benchmarks.bench_09_rope_scaling --write [--methods pi,ntk]
 """
 
 from __future__ import annotations
@@ -133,12 +133,41 @@ def run() -> list[Record]:
     return records_from(results)
 
 
+SAME_SETUP = ("machine", "python", "model", "text", "trained_len", "factor", "bin", "lengths")
+
+
+def merged(old: dict, new: dict) -> dict:
+    """``old`` with the methods of ``new`` added (or replaced), each with the date it was
+    measured; refused unless both read the same text with the same model on the same
+    kind of machine, so that the curves of one figure stay comparable."""
+    differ = [key for key in SAME_SETUP if old.get(key) != new.get(key)]
+    if differ:
+        raise SystemExit(f"{RESULTS.name} was measured with another {', '.join(differ)}: "
+                         "measure every method again (without --methods)")
+    out = {**old, "date": new["date"]}
+    out["dates"] = {**{m: old["date"] for m in old["ppl"]}, **old.get("dates", {}),
+                    **{m: new["date"] for m in new["ppl"]}}
+    for key in ("ppl", "nll_by_position", "seconds"):
+        out[key] = {**old[key], **new[key]}
+    return out
+
+
 if __name__ == "__main__":
+    # --write: store in benchmarks/results/ (the file the chapter reads);
+    # --methods pi,ntk: measure only these, added to what the file already holds.
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1)))
     target = RESULTS if "--write" in sys.argv else BUILD_RESULTS
     target.parent.mkdir(parents=True, exist_ok=True)
-    save = lambda results: target.write_text(json.dumps(results, indent=1) + "\n")  # noqa: E731
-    results = measure(log=lambda line: print(line, flush=True), on_method=save)
+    chosen = METHODS
+    if "--methods" in sys.argv:
+        chosen = tuple(sys.argv[sys.argv.index("--methods") + 1].split(","))
+        unknown = set(chosen) - set(METHODS)
+        if unknown:
+            raise SystemExit(f"--methods: unknown {sorted(unknown)}; choose from {', '.join(METHODS)}")
+    before = json.loads(target.read_text()) if target.exists() and chosen != METHODS else None
+    save = lambda results: target.write_text(  # noqa: E731
+        json.dumps(merged(before, results) if before else results, indent=1) + "\n")
+    results = measure(methods=chosen, log=lambda line: print(line, flush=True), on_method=save)
     for r in records_from(results):
         print(f"{r.name}: {r.value:.4g} ({r.note})")
     print(f"wrote {target.relative_to(ROOT)}")

@@ -251,7 +251,10 @@ class Grader:
             if p["kind"] == "error" and gb.MEMORY_WORDS.search(p["message"]):
                 memory_note = f"cell {p['cell']} ran out of memory (limit {limit})"
                 break
-        rows = gb.graded_rows(s, stem, tests, outcomes, review, memory_note)
+        # Advice only (no points depend on it), kept to exercises that failed and cut to size.
+        diagnoses = {str(d.get("exercise")): gb.one_line(str(d.get("message", "")), 400)
+                     for line in r.of("diagnosis")[:1] for d in line.get("diagnoses", [])[:50]}
+        rows = gb.graded_rows(s, stem, tests, outcomes, review, memory_note, diagnoses)
         if memory_note:
             rows.append(gb.Row(s, stem, "", 0, 0, gb.MEMORY, memory_note))
         for p in load["problems"]:

@@ -35,6 +35,10 @@ class Bug:
     old: str | None = None
     new: str | None = None
     tests: str | None = None  # optional substring: only tests whose name contains it run against this bug
+    # What a student who made this mistake is told (grading.diagnosis): ``why`` unless set,
+    # and where the book teaches it (found in the chapter unless set).
+    hint: str | None = None
+    section: str | None = None
 
     def apply(self, nb: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
         """A copy of the solution notebook ``nb`` with this bug in it."""

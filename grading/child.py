@@ -9,6 +9,7 @@ per line, to file descriptor N (a pipe the parent made; no path leads to it):
     {"kind": "plan", "tests": [...]}      every test: exercise, points, hidden or not
     {"kind": "test", ...}                 one per test, as soon as it has run
     {"kind": "load", "problems": [...]}   what the loader noticed in the notebook's cells
+    {"kind": "diagnosis", "diagnoses": [...]}  known mistakes behind failures (grading.diagnosis)
     {"kind": "tamper", "violations": [...]}
     {"kind": "done"}
 
@@ -159,6 +160,8 @@ class Collector:
                 elif type(loaded).__name__ == "_Unloadable":
                     problems.append({"cell": -1, "kind": "unreadable", "message": loaded.__dict__["_message"]})
         self.emit({"kind": "load", "problems": problems, "output_chars": output_chars})
+        if state is not None:
+            self.emit({"kind": "diagnosis", "diagnoses": [d.as_dict() for d in state.diagnoses()]})
         violations = list(self.wire.violations) if self.wire else []
         if self.snapshot is not None:
             violations += self.snapshot.changes()

@@ -14,7 +14,31 @@ import torch
 
 
 class GradingFailure(AssertionError):
-    """A wrong answer. Its message is shown to the student as it is."""
+    """A wrong answer. Its message is shown to the student as it is.
+
+    ``observed`` is what the student's code produced at the check that failed, in the
+    compact form :mod:`grading.diagnose` compares with the catalogue's known mistakes
+    (``None`` where the message itself is the observation)."""
+
+    def __init__(self, message: str = "", observed: dict | None = None):
+        super().__init__(message)
+        self.observed = observed
+
+
+OBSERVED_SAMPLES = 16  # values of a wrong tensor kept for diagnosis, at fixed positions
+
+
+def observed_tensor(got: torch.Tensor, call: str, *, atol: float, rtol: float, what: str) -> dict:
+    """What a tensor check saw, small enough to store for every catalogue bug: the
+    shape and the values at ``OBSERVED_SAMPLES`` evenly spaced flat positions (NaN as
+    ``None``), with the check's tolerance, so two wrong answers can be compared later
+    as the grader compared them with the right one."""
+    flat = got.detach().to("cpu", torch.float64).reshape(-1)
+    n = flat.numel()
+    positions = sorted({round(i * (n - 1) / max(OBSERVED_SAMPLES - 1, 1)) for i in range(OBSERVED_SAMPLES)}) if n else []
+    values = [None if v != v else v for v in (flat[i].item() for i in positions)]
+    return {"kind": "close", "check": f"{call}: {what}", "shape": list(got.shape),
+            "values": values, "atol": atol, "rtol": rtol}
 
 
 DESCRIBE_CHARS = 60  # one argument's description; longer ones are cut between whole items
@@ -141,7 +165,8 @@ def assert_close(
     if (nan_got & ~nan_exp).any():
         idx = tuple(int(i) for i in (nan_got & ~nan_exp).nonzero()[0])
         count = int((nan_got & ~nan_exp).sum())
-        raise GradingFailure(f"{call}: {what} has {count} NaN value(s); first at index {idx} (expected {e[idx].item():.6g})")
+        raise GradingFailure(f"{call}: {what} has {count} NaN value(s); first at index {idx} (expected {e[idx].item():.6g})",
+                             observed_tensor(g, call, atol=atol, rtol=rtol, what=what))
     err = (g - e).abs()
     err = torch.where(nan_exp & nan_got, torch.zeros_like(err), err)
     err = torch.where(torch.isinf(e) & (g == e), torch.zeros_like(err), err)
@@ -155,7 +180,8 @@ def assert_close(
             f"{call}: {what} is wrong\n"
             f"  max abs error {max_err:.3g} (tolerance atol={atol:g}, rtol={rtol:g}); "
             f"{int(bad.sum())} of {bad.numel()} elements out of tolerance\n"
-            f"  first at index {idx}: expected {want}, got {have} (off by {err[idx].item():.3g})"
+            f"  first at index {idx}: expected {want}, got {have} (off by {err[idx].item():.3g})",
+            observed_tensor(g, call, atol=atol, rtol=rtol, what=what),
         )
 
 

@@ -109,10 +109,12 @@ def zero_rows(student: str, chapter: str, tests: list[dict], status: str, messag
 
 
 def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[str, dict],
-                review: dict[str, str] | None = None, memory_note: str = "") -> list[Row]:
+                review: dict[str, str] | None = None, memory_note: str = "",
+                diagnoses: dict[str, str] | None = None) -> list[Row]:
     """Rows from the outcomes of a chapter that ran to the end. A test function is
-    worth its points; its parametrized cases share them (partial credit)."""
-    review = review or {}
+    worth its points; its parametrized cases share them (partial credit). A failed
+    exercise's message starts with its diagnosis, when the catalogue names the mistake."""
+    review, diagnoses = review or {}, diagnoses or {}
     rows = []
     for label, functions in group_plan(tests).items():
         points = possible = 0.0
@@ -172,6 +174,8 @@ def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[st
             status = ERROR
         if len(failures) > 1 and not hidden and status != NOT_ATTEMPTED:
             message += f" (and {len(failures) - 1} more failing case{'s' if len(failures) > 2 else ''})"
+        if status == FAILED and not hidden and diagnoses.get(exercise):
+            message = f"{diagnoses[exercise]} First failure: {message}"
         rows.append(Row(student, chapter, label, points, possible, status, message))
     return rows
 

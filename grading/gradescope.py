@@ -4,7 +4,8 @@
 ``_build/gradescope/autograder.zip``, laid out as Gradescope's autograder specification
 asks: ``setup.sh`` and ``run_autograder`` at its root, and beside them what grading
 needs (``grading/``, ``modellab/``, the chosen chapters' graders and references, their
-exercise notebooks, the hidden tests of ``--extra-tests``). No solutions, no catalogue.
+exercise notebooks, the hidden tests of ``--extra-tests``, and the diagnosis tables, so that
+results name known mistakes as the batch grader does). No solutions, no catalogue.
 
 ``python -m grading.gradescope run --root /autograder`` (what ``run_autograder`` calls
 for every submission) grades ``ROOT/submission`` exactly as ``python -m grading.batch``
@@ -197,6 +198,8 @@ def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None =
     for c in found:
         files[f"tests/{c.test_file.name}"] = c.test_file
         files[f"exercises/{c.stem}.ipynb"] = EXERCISES / f"{c.stem}.ipynb"
+        if c.diagnosis.exists():  # what the catalogue's bugs output: the diagnosis, without the bugs' code
+            files[str(c.diagnosis.relative_to(ROOT))] = c.diagnosis
     if extra_tests is not None:
         from grading.batch import hidden_tests
 

@@ -27,6 +27,7 @@ CHAPTERS = ROOT / "chapters"
 TESTS = ROOT / "tests"
 REFERENCES = TESTS / "references"
 CATALOGUE = TESTS / "catalogue"
+DIAGNOSIS = TESTS / "diagnosis"  # what each catalogue bug outputs where it fails (grading.diagnose)
 BUILD = ROOT / "_build"
 GRADES = BUILD / "grades"
 GRADESCOPE = BUILD / "gradescope"  # make gradescope: autograder.zip and the tree it is made from
@@ -67,6 +68,10 @@ class Chapter:
     @property
     def reference(self) -> Path:
         return REFERENCES / f"ref_{self.stem}.py"
+
+    @property
+    def diagnosis(self) -> Path:
+        return DIAGNOSIS / f"{self.stem}.json"
 
     @property
     def catalogue(self) -> Path:

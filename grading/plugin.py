@@ -16,6 +16,7 @@ A test asks for the fixture ``nb``: the chapter's notebook loaded as a module.
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections import defaultdict
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from grading.layout import EXERCISE_ID, ROOT, all_markers, chapter_of_test_file, exercise_of_marker
+from grading import diagnosis
 from grading.catalogue import Bug, load_catalogue
 from grading.outcome import classify, earned, summary
 from grading.compare import GradingFailure
@@ -52,6 +54,8 @@ def pytest_addoption(parser):
     group.addoption(
         "--prove", action="store_true", help="prove the graders: solutions pass, stubs fail, every catalogued bug is rejected"
     )
+    group.addoption("--diagnosis-write", action="store_true",
+                    help="with --prove: store what each bug outputs in tests/diagnosis/ (grading.diagnosis)")
 
 
 def pytest_configure(config):
@@ -86,6 +90,11 @@ class GradingState:
         self.bug_runs: dict[str, list[str]] = {}  # "stem/bug" -> tests that rejected it
         self.bug_why: dict[str, str] = {}
         self.load_errors_reported: set[tuple] = set()  # (stem, exercise, cells): said once per exercise
+        # For grading.diagnosis: what each case produced, as an observation or "passed".
+        self.graded_cases = defaultdict(lambda: defaultdict(dict))  # stem -> exercise -> case -> obs
+        self.bug_cases = defaultdict(lambda: defaultdict(dict))  # stem -> bug -> case -> obs
+        self.case_exercise = defaultdict(dict)  # stem -> case -> exercise
+        self._proof: dict | None = None
 
     # -- loading ---------------------------------------------------------------
     def notebook_dir(self) -> Path:
@@ -121,6 +130,8 @@ class GradingState:
         stem, variant = props.get("chapter"), props.get("variant")
         if stem is None or not (report.when == "call" or report.failed or report.skipped):
             return
+        if "case" in props:
+            self._observed(stem, variant, props)
         if report.when == "teardown" and not report.failed:
             return
         if variant in ("graded", "solution"):
@@ -142,12 +153,62 @@ class GradingState:
             if props.get("bug_rejected"):
                 rejected.append(report.nodeid.split("::")[-1])
 
-    def points_by_chapter(self) -> dict[str, tuple[float, int, int]]:
-        """A test function is worth its ``points``; parametrized cases share them
-        (partial credit). A function whose every case was skipped is not counted."""
-        out: dict[str, list] = defaultdict(lambda: [0.0, 0, 0])
+    def _observed(self, stem: str, variant: str, props: dict):
+        case, exercise, observed = props["case"], props.get("exercise"), props.get("observed")
+        if exercise is None:
+            return
+        self.case_exercise[stem][case] = exercise
+        if variant == "graded":
+            self.graded_cases[stem][exercise][case] = observed
+        elif variant.startswith("bug-"):
+            self.bug_cases[stem][variant[4:]][case] = observed
+
+    # -- diagnosis ---------------------------------------------------------------
+    def diagnoses(self) -> list[diagnosis.Diagnosis]:
+        """The known mistakes behind the graded notebook's failures (grading.diagnosis);
+        none with ``GRADING_DIAGNOSIS=off`` (how ``make bench`` measures what it costs)."""
+        if os.environ.get("GRADING_DIAGNOSIS", "").lower() == "off":
+            return []
+        found = []
+        for stem, runs in sorted(self.graded_cases.items()):
+            found += diagnosis.diagnose_all(stem, runs)
+        return found
+
+    def proof_of_diagnosis(self) -> dict:
+        """Under ``--prove``: each chapter's table checked against this run (or written,
+        with ``--diagnosis-write``), and how well it diagnoses the catalogue."""
+        if self._proof is None:
+            self._proof = {}
+            for stem in sorted(self.bug_cases):
+                write = self.config.getoption("diagnosis_write")
+                fresh = diagnosis.build(stem, load_catalogue(stem), self.bug_cases[stem], self.case_exercise[stem],
+                                        write=write)
+                if write:
+                    diagnosis.write_table(stem, fresh)
+                table = diagnosis.load_table(stem)
+                result = diagnosis.proof(table, fresh)
+                result["stale"] = sorted(set(table) ^ set(fresh))  # names only: a -k run still knows them all
+                self._proof[stem] = result
+            if self._proof:
+                totals = {"bugs": sum(p["bugs"] for p in self._proof.values()),
+                          "recalled": sum(p["recalled"] for p in self._proof.values()),
+                          "false_diagnoses": sum(len(p["false_diagnoses"]) for p in self._proof.values())}
+                totals["recall"] = totals["recalled"] / totals["bugs"] if totals["bugs"] else 1.0
+                out = ROOT / "_build" / "diagnosis"
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "proof.json").write_text(__import__("json").dumps(
+                    {"totals": totals, "chapters": self._proof}, indent=1, sort_keys=True))
+        return self._proof
+
+    def points_by_chapter(self) -> dict[str, tuple[float, int, int, int]]:
+        """``(earned, possible, skipped tests, skipped cases)`` per chapter. A test function
+        is worth its ``points``; parametrized cases share them (partial credit). A function
+        whose every case was skipped is not counted; skipped cases of a function that ran
+        are not counted either (its points are shared by the cases that ran)."""
+        out: dict[str, list] = defaultdict(lambda: [0.0, 0, 0, 0])
         for (stem, _), (passed, graded, skipped, points) in self.tests.items():
             entry = out[stem]
+            entry[3] += skipped
             if graded == 0:
                 entry[2] += 1
                 continue
@@ -164,10 +225,12 @@ class GradingState:
         if chapters:
             tr.section("points")
             total = [0.0, 0]
-            for stem, (got, possible, skipped) in sorted(chapters.items()):
+            for stem, (got, possible, skipped, cases) in sorted(chapters.items()):
                 total[0] += got
                 total[1] += possible
-                note = f"  ({skipped} test(s) skipped, not counted)" if skipped else ""
+                # pytest counts skipped cases; say the same number, and which whole tests it holds.
+                note = f"  ({cases} skipped case(s), not counted" if cases else ""
+                note += f"; {skipped} test(s) skipped entirely)" if skipped else (")" if cases else "")
                 tr.write_line(f"{stem:<28} {got:>6.1f} / {possible:<4}{note}")
             tr.write_line(f"{'total':<28} {total[0]:>6.1f} / {total[1]:<4}")
         if self.config.getoption("prove"):
@@ -183,11 +246,43 @@ class GradingState:
                 else:
                     tr.write_line(f"  ESCAPED   {key:<48} no grader rejects it: {self.bug_why[key]}")
             tr.write_line(f"catalogue: {len(self.bug_runs)} wrong implementations, {len(self.escaped_bugs())} escaped")
+            self._summarise_proof(tr)
+        elif self.graded_cases:
+            found = self.diagnoses()
+            if found:
+                tr.section("diagnosis")
+                for d in found:
+                    tr.write_line(f"Exercise {d.exercise}: {d.message()}")
+
+    def _summarise_proof(self, tr):
+        proof = self.proof_of_diagnosis()
+        if not proof:
+            return
+        tr.section("diagnosis from the catalogue")
+        for stem, p in proof.items():
+            if not p["bugs"] and not p["stale"]:
+                continue
+            tr.write_line(f"{stem:<28} {p['recalled']:>3} / {p['bugs']:<3} bugs diagnosed as themselves, "
+                          f"{len(p['false_diagnoses'])} false")
+            for name, why in sorted(p["missed"].items()):
+                tr.write_line(f"  not diagnosed  {name}: {why}")
+            for line in p["false_diagnoses"]:
+                tr.write_line(f"  FALSE DIAGNOSIS  {line}")
+            if p["stale"]:
+                tr.write_line(f"  STALE TABLE  {diagnosis.table_path(stem).name} and the catalogue differ on: "
+                              f"{', '.join(p['stale'])}; run python -m grading.diagnosis --write {stem}")
+        bugs = sum(p["bugs"] for p in proof.values())
+        recalled = sum(p["recalled"] for p in proof.values())
+        false = sum(len(p["false_diagnoses"]) for p in proof.values())
+        tr.write_line(f"diagnosis: {recalled} of {bugs} catalogue bugs diagnosed as themselves "
+                      f"(recall {recalled / bugs if bugs else 1.0:.3f}), {false} false diagnoses")
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session):
         if self.config.getoption("prove") and not hasattr(self.config, "workerinput"):
-            if self.escaped_bugs() and session.exitstatus == 0:
+            proof = self.proof_of_diagnosis()
+            broken = any(p["false_diagnoses"] or p["stale"] for p in proof.values())
+            if (self.escaped_bugs() or broken) and session.exitstatus == 0:
                 session.exitstatus = 1
 
 
@@ -293,6 +388,21 @@ def student_message(item, excinfo) -> str:
     return f"{label}: {type(exc).__name__}: {exc}\n  {where}"
 
 
+def _record_observation(item, call, report, variant: Variant) -> None:
+    """The case and what the code produced there (grading.diagnosis), for the graded
+    notebook and for each catalogue bug. Hidden tests (outside tests/) are left out:
+    the stored table knows only the public cases."""
+    if variant.kind not in ("graded", "bug") or report.skipped:
+        return
+    if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+        return  # its failing example depends on the search (and its database), not only on the code
+    if not (call.when == "call" or report.failed) or ROOT / "tests" not in Path(str(item.path)).resolve().parents:
+        return
+    observed = "passed" if report.passed else (diagnosis.observe(call.excinfo.value) if call.excinfo else None)
+    report.user_properties += [("case", diagnosis.case_key(item.path, item.name, variant.id if variant.bug else None)),
+                               ("observed", observed)]
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
@@ -307,6 +417,7 @@ def pytest_runtest_makereport(item, call):
         ("points", points.args[0] if points else 1),
         ("exercise", _exercise(item)),
     ]
+    _record_observation(item, call, report, variant)
     if variant.kind in ("graded", "solution"):
         if report.failed and call.excinfo is not None:
             report.longrepr = student_message(item, call.excinfo)

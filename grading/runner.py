@@ -68,7 +68,7 @@ class ChildResult:
 
 
 def child_env(work: Path, threads: int, cuda_devices: str) -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "VIRTUAL_ENV", "PYTHONPATH", "LD_LIBRARY_PATH")
+    keep = ("PATH", "LANG", "LC_ALL", "VIRTUAL_ENV", "PYTHONPATH", "LD_LIBRARY_PATH", "GRADING_DIAGNOSIS")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     t = str(threads)
     env.update({

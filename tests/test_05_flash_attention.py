@@ -515,3 +515,104 @@ def test_backward_rejects_bad_input(nb):
     assert_raises(nb.flash_attention_backward, q, k, v, q, lse[..., :4], q, exc=ValueError, names="lse")
     assert_raises(nb.flash_attention_backward, q, k, v, q[..., :2], lse, q, exc=ValueError, names="out")
     assert_raises(nb.flash_attention_backward, q, k, v, q, lse, q[0], exc=ValueError, names="grad_out")
+
+
+# -- Exercise 5.7 -----------------------------------------------------------------------
+
+# (B, H, H_kv, N, D, num_splits): chunks that divide N and chunks that do not (the short
+# last chunk must be kept), one split (the unsplit decode), more splits than keys, GQA, MQA.
+DECODE_SHAPES = [
+    (2, 8, 2, 1000, 64, 7),
+    (1, 4, 4, 256, 32, 4),
+    (1, 6, 1, 257, 16, 1),
+    (3, 4, 2, 5, 8, 8),
+    (1, 8, 1, 130, 16, 3),
+]
+
+
+def decode_id(shape, dtype_name):
+    B, H, H_kv, N, D, S = shape
+    return f"B{B}-H{H}-Hkv{H_kv}-N{N}-D{D}-splits{S}-{dtype_name}"
+
+
+def run_decode(nb, q, k, v, num_splits, **kwargs):
+    call = call_text("split_kv_decode", q, k, v, num_splits, **kwargs)
+    return nb.split_kv_decode(q, k, v, num_splits, **kwargs), call
+
+
+@pytest.mark.ex5_7
+@pytest.mark.points(3)
+@pytest.mark.parametrize("shape,dtype_name", [pytest.param(s, n, id=decode_id(s, n)) for s in DECODE_SHAPES for n in DTYPES])
+def test_split_kv_decode(nb, shape, dtype_name):
+    B, H, H_kv, N, D, S = shape
+    dtype = DTYPES[dtype_name]
+    q, k, v = make_qkv(B, H, H_kv, 1, N, D, dtype, seed=N)
+    result, call = run_decode(nb, q, k, v, S, return_lse=True)
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise GradingFailure(f"{call} returned {type(result).__name__}; expected the tuple (out, lse)")
+    out, lse = result
+    expected_out, expected_lse = ref.attention_fp64(q, k, v, False)
+    assert_attention_close(out, expected_out, q, k, v, False, call + " [out]", dtype)
+    lse_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    assert_close(lse, expected_lse, call + " [lse, natural log]", atol=LSE_ATOL.get(dtype, 2e-5), rtol=1e-6, dtype=lse_dtype)
+
+
+@pytest.mark.ex5_7
+@pytest.mark.points(2)
+@pytest.mark.parametrize("shape", DECODE_SHAPES, ids=[decode_id(s, "fp64") for s in DECODE_SHAPES])
+def test_split_kv_decode_partials(nb, shape):
+    """Chunk j's partial output and log-sum-exp are attention over its keys alone, the
+    chunks being ceil(N / num_splits) consecutive keys with a shorter last one."""
+    B, H, H_kv, N, D, S = shape
+    q, k, v = make_qkv(B, H, H_kv, 1, N, D, torch.float64, seed=N + 1)
+    result, call = run_decode(nb, q, k, v, S, return_partials=True)
+    if not isinstance(result, tuple) or len(result) != 4:
+        raise GradingFailure(f"{call} returned {type(result).__name__}; expected (out, lse, part_out, part_lse)")
+    _, _, part_out, part_lse = result
+    chunks = ref.decode_chunks(N, S)
+    assert_equal(tuple(part_out.shape), (B, H, len(chunks), D), call + ": the shape of part_out (B, H, chunks, d)")
+    assert_equal(tuple(part_lse.shape), (B, H, len(chunks)), call + ": the shape of part_lse (B, H, chunks)")
+    for j, (start, stop) in enumerate(chunks):
+        out_j, lse_j = ref.attention_fp64(q, k[:, :, start:stop], v[:, :, start:stop], False)
+        where = f"{call} [chunk {j}: keys {start}..{stop - 1}]"
+        assert_close(part_out[:, :, j], out_j[:, :, 0], where + " [part_out]", atol=1e-10, rtol=1e-10)
+        assert_close(part_lse[:, :, j], lse_j[:, :, 0], where + " [part_lse]", atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.ex5_7
+@pytest.mark.parametrize("dtype_name,scale", [("fp32", 100.0), ("fp64", 300.0), ("bf16", 60.0)],
+                         ids=["fp32-logits-1e4", "fp64-logits-1e5", "bf16-logits-2e3"])
+def test_split_kv_decode_large_logits(nb, dtype_name, scale):
+    """Chunks whose log-sum-exps are in the thousands: exp(L_j) overflows even fp64 unless
+    the merge subtracts the largest L_j, and chunk weights then differ by e^1000."""
+    dtype = DTYPES[dtype_name]
+    q, k, v = make_qkv(1, 4, 2, 1, 203, 64, dtype, seed=9, scale=scale)
+    (out, lse), call = run_decode(nb, q, k, v, 5, return_lse=True)
+    expected_out, expected_lse = ref.attention_fp64(q, k, v, False)
+    assert_attention_close(out, expected_out, q, k, v, False, call + " [out]", dtype)
+    lse_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    # The lse is as large as the logits (about scale**2 here), and so is its rounding error.
+    assert_close(lse, expected_lse, call + " [lse]", atol=LSE_ATOL.get(dtype, 2e-5) * scale**2, rtol=1e-6, dtype=lse_dtype)
+
+
+def decode_bad_inputs():
+    q, k, v = make_qkv(1, 4, 2, 1, 16, 8, torch.float32)
+    return [
+        ((torch.cat([q, q], dim=2), k, v, 2), ValueError, "q", "two-query-rows"),
+        ((q, k[:, :, :0], v[:, :, :0], 2), ValueError, "k", "empty-cache"),
+        ((q, k, v, 0), ValueError, "num_splits", "zero-splits"),
+        ((q, k, v, 2.0), TypeError, "num_splits", "float-splits"),
+        ((q, k, v, True), TypeError, "num_splits", "bool-splits"),
+        ((q[:, :3], k, v, 2), ValueError, "num_kv_heads", "heads-not-a-multiple"),
+        ((q, k[..., :4], v[..., :4], 2), ValueError, "head_dim", "head-dim-mismatch"),
+        ((q, k.half(), v.half(), 2), TypeError, "dtype", "mixed-dtypes"),
+        ((q.tolist(), k, v, 2), TypeError, "q", "list-q"),
+        ((q, k, v[:, :, :8], 2), ValueError, "v", "v-shorter-than-k"),
+    ]
+
+
+@pytest.mark.ex5_7
+@pytest.mark.parametrize("index", range(10), ids=[c[3] for c in decode_bad_inputs()])
+def test_split_kv_decode_rejects_bad_input(nb, index):
+    args, exc, names, _ = decode_bad_inputs()[index]
+    assert_raises(nb.split_kv_decode, *args, exc=exc, names=names)

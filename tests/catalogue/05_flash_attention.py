@@ -37,6 +37,39 @@ e = torch.exp(x.to(_acc_dtype(x.dtype)))
 return (e / e.sum()).to(x.dtype)
 '''
 
+DECODE_DROPS_TAIL = '''
+_check_qkv(q, k, v)
+if q.shape[2] != 1:
+    raise ValueError(f"q must hold one query row, got shape {tuple(q.shape)}")
+if k.shape[2] == 0:
+    raise ValueError("k must hold at least one cached key")
+_check_int("num_splits", num_splits, 1)
+B, H, _, d = q.shape
+H_kv, N = k.shape[1], k.shape[2]
+G, P = H // H_kv, B * H_kv
+dtype = _acc_dtype(q.dtype)
+q_rows = q.reshape(P, G, d).to(dtype) / math.sqrt(d)
+chunk = max(1, N // num_splits)  # floor: the N % num_splits keys after the last chunk are lost
+outs, lses = [], []
+for j in range(min(num_splits, N)):
+    k_j = k.reshape(P, N, d)[:, j * chunk:(j + 1) * chunk].to(dtype)
+    v_j = v.reshape(P, N, d)[:, j * chunk:(j + 1) * chunk].to(dtype)
+    m = torch.full((P, G, 1), -math.inf, dtype=dtype)
+    l, acc = torch.zeros(P, G, 1, dtype=dtype), torch.zeros(P, G, d, dtype=dtype)
+    m, l, acc = online_update(m, l, acc, torch.bmm(q_rows, k_j.transpose(-1, -2)), v_j)
+    o_j, l_j = finalize(m, l, acc)
+    outs.append(o_j)
+    lses.append(l_j)
+out_parts, lse_parts = torch.stack(outs, 1), torch.stack(lses, 1)  # (P, n_chunks, G, d), (P, n_chunks, G)
+lse = torch.logsumexp(lse_parts, dim=1)
+out = (torch.exp(lse_parts - lse.unsqueeze(1)).unsqueeze(-1) * out_parts).sum(1)
+out, lse = out.to(q.dtype).view(B, H, 1, d), lse.view(B, H, 1)
+if return_partials:
+    n = out_parts.shape[1]
+    return out, lse, out_parts.transpose(1, 2).reshape(B, H, n, d), lse_parts.transpose(1, 2).reshape(B, H, n)
+return (out, lse) if return_lse else out
+'''
+
 BUGS = [
     # -- the issue's list
     Bug("running_max_wrong_shape", "5.5", "initialises m as (P, rows), so max(m, rowmax) broadcasts to rows x rows",
@@ -100,4 +133,28 @@ BUGS = [
     Bug("backward_dv_overwritten", "5.6", "assigns dV per query tile instead of accumulating across query tiles",
         old="dv[:, :, k0:k1] += p.transpose(-1, -2) @ do_tile", new="dv[:, :, k0:k1] = p.transpose(-1, -2) @ do_tile",
         tests="backward"),
+    # -- split-KV decode (Exercise 5.7)
+    Bug("decode_merge_plain_average", "5.7", "averages the chunks' outputs, ignoring how much weight each chunk's keys carry",
+        old="out = (weights.unsqueeze(-1) * out_parts).sum(dim=1)", new="out = out_parts.mean(dim=1)",
+        tests="split_kv_decode"),
+    Bug("decode_merge_max_not_subtracted", "5.7", "merges with exp(L_j) / sum exp(L_j) directly: overflows once L_j passes ~88 (fp32) or ~709 (fp64)",
+        old="lse = torch.logsumexp(lse_parts, dim=1)", new="lse = torch.log(torch.exp(lse_parts).sum(dim=1))",
+        tests="large_logits"),
+    Bug("decode_merge_by_max_lse", "5.7", "takes the largest L_j for L instead of their log-sum-exp, so the weights do not sum to 1",
+        old="lse = torch.logsumexp(lse_parts, dim=1)", new="lse = lse_parts.amax(dim=1)",
+        tests="split_kv_decode"),
+    Bug("decode_merges_unnormalised_acc", "5.7", "merges each chunk's accumulator acc_j instead of its output acc_j / l_j",
+        old="return finalize(m, l, acc)  #", new="return acc, finalize(m, l, acc)[1]  #",
+        tests="split_kv_decode"),
+    Bug("decode_drops_the_tail", "5.7", "cuts floor(N / num_splits) keys per chunk, losing the keys after the last full chunk",
+        code=DECODE_DROPS_TAIL, tests="split_kv_decode"),
+    Bug("decode_scale_applied_twice", "5.7", "scales the queries by 1/sqrt(d) and the scores again",
+        old="s = torch.bmm(rows, k_part.to(dtype).transpose(-1, -2))", new="s = torch.bmm(rows, k_part.to(dtype).transpose(-1, -2)) * scale",
+        tests="split_kv_decode"),
+    Bug("decode_gqa_heads_mixed_up", "5.7", "sends query head h to KV head h % H_kv instead of h // G",
+        old="q_rows = q.reshape(P, G, d)", new="q_rows = q.reshape(B, G, H_kv, d).transpose(1, 2).reshape(P, G, d)",
+        tests="split_kv_decode"),
+    Bug("decode_tail_misaligned", "5.7", "takes the short last chunk from the wrong end of the cache (the first keys again)",
+        old="partial(k_groups[:, full:], v_groups[:, full:])", new="partial(k_groups[:, :N - full], v_groups[:, :N - full])",
+        tests="split_kv_decode"),
 ]

@@ -3,7 +3,7 @@
 The zip is built (Chapter 1, with one hidden test), unpacked into a temporary folder that
 stands in for ``/autograder`` (``source/`` holds the zip's files, ``run_autograder`` is
 copied to the root, as Gradescope does), and ``run_autograder`` grades a solved, an
-unsolved and a crashing submission. Each ``results.json`` must validate against the
+unsolved, a crashing and a mistaken (one catalogue bug) submission. Each ``results.json`` must validate against the
 schema written from Gradescope's specification (``tests/gradescope_results.schema.json``)
 and give the score the batch grader gives the same notebook.
 """
@@ -25,6 +25,7 @@ import nbformat
 import pytest
 
 from grading import gradescope
+from grading.catalogue import load_catalogue
 from grading.layout import EXERCISES, SOLUTIONS, TESTS
 
 STEM = "01_kv_memory"
@@ -46,10 +47,18 @@ def _crashing_notebook():
     return nb
 
 
+def _mistaken_notebook():
+    """The solution with one known mistake of the catalogue in Exercise 1.3."""
+    bug = next(b for b in load_catalogue(STEM) if b.name == MISTAKE)
+    return bug.apply(nbformat.read(SOLUTIONS / f"{STEM}.ipynb", as_version=4), f"{STEM}.ipynb")
+
+
+MISTAKE = "gb_for_gib"
 SUBMISSIONS = {
     "solved": lambda: nbformat.read(SOLUTIONS / f"{STEM}.ipynb", as_version=4),
     "unsolved": lambda: nbformat.read(EXERCISES / f"{STEM}.ipynb", as_version=4),
     "crashing": _crashing_notebook,
+    "mistaken": _mistaken_notebook,
 }
 
 
@@ -106,6 +115,8 @@ def graded(built):
         rows = list(csv.DictReader(f))
     for name in SUBMISSIONS:
         out[name]["batch_score"] = sum(float(r["points"]) for r in rows if r["student"] == name and r["exercise"])
+    out["mistaken"]["batch_message_1.3"] = next(r["message"] for r in rows
+                                                if r["student"] == "mistaken" and r["exercise"] == "1.3")
     return out
 
 
@@ -118,6 +129,7 @@ def test_zip_has_the_scripts_at_its_root_and_no_solutions(built):
     assert f"tests/test_{STEM}.py" in names and f"exercises/{STEM}.ipynb" in names
     assert f"hidden_tests/test_{STEM}_hidden.py" in names
     assert not [n for n in names if n.startswith(("solutions/", "tests/catalogue/"))], names
+    assert f"tests/diagnosis/{STEM}.json" in names
     assert "tests/test_02_paged_kv_cache.py" not in names  # CHAPTERS=1: only Chapter 1's graders
 
 
@@ -148,6 +160,17 @@ def test_solved_gets_full_marks_unsolved_none_crash_is_named(graded):
     assert crashed["score"] == 0
     assert all("crashed" in t["output"] for t in crashed["tests"]), crashed["tests"]
     assert any("exited with code 3" in t["output"] for t in crashed["tests"])
+
+
+def test_a_known_mistake_is_named_as_the_batch_grader_names_it(graded):
+    """The zip carries the diagnosis tables (not the catalogue's code): Gradescope's output
+    says what the batch grader's feedback says."""
+    why = next(b.why for b in load_catalogue(STEM) if b.name == MISTAKE)
+    test = next(t for t in graded["mistaken"]["results"]["tests"] if t["number"] == "1.3")
+    assert f"This looks like a known mistake: {why}" in test["output"], test
+    assert graded["mistaken"]["batch_message_1.3"].startswith(f"This looks like a known mistake: {why}")
+    others = [t for t in graded["mistaken"]["results"]["tests"] if t["number"] != "1.3"]
+    assert not any("known mistake" in t["output"] for t in others)
 
 
 def test_hidden_tests_are_after_published_and_never_named(graded):

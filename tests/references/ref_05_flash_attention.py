@@ -87,3 +87,14 @@ def tiles_visited(seq_len_q, seq_len_k, block_q, block_k, causal):
             if visible:
                 tiles.add((q0, k0))
     return tiles
+
+
+def decode_chunks(seq_len, num_splits):
+    """The [start, stop) key ranges of split-KV decode, one by one: chunks of
+    ceil(seq_len / num_splits) consecutive keys, the last one shorter if need be."""
+    size = -(-seq_len // num_splits)
+    chunks, start = [], 0
+    while start < seq_len:
+        chunks.append((start, min(start + size, seq_len)))
+        start += size
+    return chunks

@@ -1,0 +1,99 @@
+"""Diagnosis from the catalogue (grading.diagnosis): a known mistake is named, an unknown
+one gets nothing extra, and a diagnosis is never given when two bugs fail alike."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from grading import diagnosis
+from grading.catalogue import load_catalogue
+from grading.layout import ROOT, SOLUTIONS, TESTS, discover_chapters
+
+MISTAKE = "This looks like a known mistake"
+
+
+def _close(check: str, values: list) -> dict:
+    return {"kind": "close", "check": check, "shape": [len(values)], "values": values, "atol": 1e-6, "rtol": 0.0}
+
+
+TABLE = {
+    "a": {"exercise": "9.1", "hint": "forgets a", "section": "§9.1", "tested": ["t.py::x[1]", "t.py::x[2]"],
+          "failed": {"t.py::x[1]": _close("f(1): out", [1.0, 2.0])}},
+    "b": {"exercise": "9.1", "hint": "forgets b", "section": "§9.1", "tested": ["t.py::x[1]", "t.py::x[2]"],
+          "failed": {"t.py::x[1]": _close("f(1): out", [5.0, 2.0]), "t.py::x[2]": _close("f(2): out", [0.0])}},
+    "c": {"exercise": "9.2", "hint": "other", "section": "", "tested": ["t.py::y"],
+          "failed": {"t.py::y": {"kind": "raised", "type": "KeyError", "text": "'k'"}}},
+}
+
+
+def test_a_match_needs_the_same_output_on_every_failing_case_and_the_same_passes():
+    one = {"t.py::x[1]": _close("f(1): out", [1.0 + 1e-9, 2.0])}
+    assert diagnosis.matches(TABLE, "9.1", one, {"t.py::x[2]"}) == ["a"]
+    assert diagnosis.diagnose(TABLE, "9.1", one, {"t.py::x[2]"}).hint == "forgets a"
+    # Outside the check's tolerance, or a different check: no match.
+    assert diagnosis.matches(TABLE, "9.1", {"t.py::x[1]": _close("f(1): out", [1.1, 2.0])}, {"t.py::x[2]"}) == []
+    assert diagnosis.matches(TABLE, "9.1", {"t.py::x[1]": _close("g(1): out", [1.0, 2.0])}, {"t.py::x[2]"}) == []
+    # b also fails x[2]; a student who passes x[2] did not make mistake b.
+    b_like = {"t.py::x[1]": _close("f(1): out", [5.0, 2.0])}
+    assert diagnosis.matches(TABLE, "9.1", b_like, {"t.py::x[2]"}) == []
+    both = {**b_like, "t.py::x[2]": _close("f(2): out", [0.0])}
+    assert diagnosis.matches(TABLE, "9.1", both, set()) == ["b"]
+    # Other exercises' bugs are never candidates; a crash (no observation) is never diagnosed.
+    assert diagnosis.matches(TABLE, "9.2", one, set()) == []
+    assert diagnosis.matches(TABLE, "9.1", {"t.py::x[1]": None}, set()) == []
+
+
+def test_two_bugs_that_fail_alike_give_no_diagnosis():
+    twin = {**TABLE, "a2": {**TABLE["a"], "hint": "twin"}}
+    one = {"t.py::x[1]": _close("f(1): out", [1.0, 2.0])}
+    assert diagnosis.matches(twin, "9.1", one, {"t.py::x[2]"}) == ["a", "a2"]
+    assert diagnosis.diagnose(twin, "9.1", one, {"t.py::x[2]"}) is None
+    proof = diagnosis.proof(twin, twin)
+    assert proof["recalled"] == 2 and proof["missed"]["a"] == "fails exactly like a2" and not proof["false_diagnoses"]
+
+
+def test_the_case_key_is_the_same_for_a_bug_and_for_a_student():
+    assert diagnosis.case_key("tests/test_01_x.py", "test_f[bug-foo-L7-fp32]", "bug-foo") == "test_01_x.py::test_f[L7-fp32]"
+    assert diagnosis.case_key("/a/tests/test_01_x.py", "test_f[L7-fp32]") == "test_01_x.py::test_f[L7-fp32]"
+    assert diagnosis.case_key("tests/test_01_x.py", "test_g[bug-foo]", "bug-foo") == "test_01_x.py::test_g"
+
+
+@pytest.mark.parametrize("chapter", discover_chapters(), ids=lambda c: c.stem)
+def test_every_chapter_has_a_table_for_exactly_its_catalogue(chapter):
+    table = diagnosis.load_table(chapter.stem)
+    names = {b.name for b in load_catalogue(chapter.stem)}
+    assert set(table) == names, f"run `python -m grading.diagnosis --write {chapter.stem}`"
+    for name, entry in table.items():
+        assert entry["hint"] and entry["section"], name
+
+
+def _grade(tmp_path, notebook) -> str:
+    nbformat.write(notebook, tmp_path / "01_kv_memory.ipynb")
+    run = subprocess.run([sys.executable, "-m", "pytest", str(TESTS / "test_01_kv_memory.py"), "--notebooks",
+                          str(tmp_path), "-q", "-p", "no:cacheprovider", "-m", "ex1_3"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    return run.stdout
+
+
+def test_a_catalogue_mistake_is_named_where_the_student_reads(tmp_path):
+    bug = next(b for b in load_catalogue("01_kv_memory") if b.name == "gb_for_gib")
+    solution = nbformat.read(SOLUTIONS / "01_kv_memory.ipynb", as_version=4)
+    out = _grade(tmp_path, bug.apply(solution, "01_kv_memory.ipynb"))
+    assert f"Exercise 1.3: {MISTAKE}: {bug.why}" in out, out[-3000:]
+    assert "§1." in out.split(MISTAKE)[1].splitlines()[0]
+
+
+def test_a_mistake_the_catalogue_does_not_know_gets_nothing_extra(tmp_path):
+    solution = nbformat.read(SOLUTIONS / "01_kv_memory.ipynb", as_version=4)
+    cell = next(c for c in solution.cells if "def convert_bytes" in c.source)
+    body = cell.source.split("def convert_bytes", 1)[1]
+    returns = [line for line in body.splitlines() if line.strip().startswith("return ")]
+    assert returns, "convert_bytes has no return line to perturb"
+    line = returns[0]
+    cell.source = cell.source.replace(line, line + " * 1.5", 1)  # wrong, but no known mistake
+    out = _grade(tmp_path, solution)
+    assert "failed" in out and MISTAKE not in out, out[-3000:]
