@@ -55,12 +55,6 @@ BUGS = [
         "loads x and y without the mask: the last block reads past both tensors, and the masked store hides it",
         old="x = tl.load(x_ptr + offsets, mask=mask)\n    y = tl.load(y_ptr + offsets, mask=mask)",
         new="x = tl.load(x_ptr + offsets)\n    y = tl.load(y_ptr + offsets)", tests="vector_add"),
-    Bug("softmax_mask_after_load", "7.2",
-        "loads the row without a mask and puts -inf in the padding lanes afterwards with tl.where: the values are "
-        "right, but the last row's padding lanes read past the end of x",
-        old='x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)',
-        new='x = tl.load(in_ptr + row * in_row_stride + cols)\n'
-            '    x = tl.where(mask, x, float("-inf")).to(tl.float32)', tests="softmax"),
     Bug("flash_query_load_without_mask", "7.3",
         "loads the query block without the row mask: the rows past seq_len read past q, and the masked stores "
         "throw their results away",
