@@ -90,7 +90,7 @@ def graded_request(nb, exercise: str, cid: str) -> dict:
     return launched[0]
 
 
-# -- limits of the targets and the occupancy that follows ---------------------------------------
+# -- limits of the targets -----------------------------------------------------------------------
 # NVIDIA Hopper and Ampere tuning guides (references.bib: nvidia_hopper_tuning, nvidia_ampere_tuning):
 # 64K 32-bit registers per SM, at most 255 per thread, 64 resident warps and 32 resident blocks per
 # SM; shared memory per SM 228 KiB (H100) or 164 KiB (A100), of which CUDA reserves 1 KiB per block.
@@ -100,19 +100,8 @@ SM_LIMITS = {
     "sm_80": {"registers": 65536, "max_registers_per_thread": 255, "warps": 64, "blocks": 32,
               "shared_bytes": 164 * 1024, "reserved_shared_per_block": 1024},
 }
-REGISTER_ALLOCATION_UNIT = 256  # registers are given to a warp in chunks of 256 (CUDA occupancy calculator)
-
-
-def occupancy(registers: int, shared_bytes: int, num_warps: int, arch: str = "sm_90") -> dict:
-    """Programs (thread blocks) that fit on one SM at once, and which resource stops the next:
-    ``{"blocks": n, "limiter": "registers" | "shared memory" | "warps" | "blocks"}``."""
-    lim = SM_LIMITS[arch]
-    per_warp = -(-registers * 32 // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
-    limits = {"registers": lim["registers"] // (per_warp * num_warps),
-              "shared memory": lim["shared_bytes"] // (shared_bytes + lim["reserved_shared_per_block"]),
-              "warps": lim["warps"] // num_warps, "blocks": lim["blocks"]}
-    limiter = min(limits, key=limits.get)
-    return {"blocks": limits[limiter], "limiter": limiter}
+# The occupancy that follows from these limits is Exercise 7.6 (solutions/07_triton_kernels.ipynb);
+# it is not written here, where the student edition ships it.
 
 
 # -- a roofline for the forward pass -------------------------------------------------------------

@@ -28,6 +28,8 @@ Batch grading of a class (``make grade``, ``python -m grading.batch``):
 - ``tamper``:    detection inside the child of patched libraries, reads of the graders, stray writes.
 - ``gradebook``: rows, ``gradebook.csv``, the wide export, the roster, overrides, feedback, ``needs_review.md``.
 - ``gradescope``: the same grading behind Gradescope's front door (``make gradescope``, ``results.json``).
+- ``nbgrader``:  nbgrader's cell metadata and autograder cells (written by ``stubs``), and the
+                 same grading behind nbgrader's door (``nbgrader autograde``).
 
 The student edition (``make release``): ``release`` builds it and proves no solution leaks into it.
 """

@@ -1,7 +1,8 @@
 """Solution regions in notebook cells.
 
 A graded cell names its exercise on a comment line and marks the answer with the
-nbgrader markers, so an instructor can also import the course into nbgrader::
+nbgrader markers (``grading.nbgrader`` adds nbgrader's cell metadata), so an
+instructor can also run the course under nbgrader::
 
     # Exercise 1.2: total bytes of the cache for a batch of sequences.
     def kv_cache_bytes(...):

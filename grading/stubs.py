@@ -1,7 +1,10 @@
 """Generate exercise notebooks (stubs) from solution notebooks.
 
 ``solutions/`` is the one source of truth: ``make exercises`` rewrites
-``exercises/`` from it, and a test fails when the two drift apart.
+``exercises/`` from it, and a test fails when the two drift apart. First it writes
+nbgrader's cell metadata and the autograder cells into the solutions themselves
+(:mod:`grading.nbgrader`; the points come from the graders), so the exercises carry
+them too.
 
     python -m grading.stubs [--check] [SOLUTIONS_DIR] [EXERCISES_DIR]
 """
@@ -48,27 +51,57 @@ def expected_stubs(solutions: Path) -> dict[str, str]:
     return out
 
 
+def annotated_solutions(solutions: Path) -> dict[str, str]:
+    """The text of each solution notebook with its nbgrader metadata and autograder cells
+    as they should be (:func:`grading.nbgrader.annotate`), for the notebooks of chapters
+    that have graders (a notebook without graders yet is left as it is)."""
+    from grading.layout import discover_chapters
+    from grading.nbgrader import annotate, exercise_points
+
+    stems = {p.stem for p in solutions.glob("*.ipynb")}
+    chapters = [c for c in discover_chapters() if c.stem in stems]
+    points = exercise_points(chapters) if chapters else {}
+    out = {}
+    for c in chapters:
+        path = solutions / f"{c.stem}.ipynb"
+        nb = nbformat.read(path, as_version=NB_VERSION)
+        out[path.name] = render(annotate(nb, c.stem, points[c.stem], path.name))
+    return out
+
+
+def _sync(expected: dict[str, str], folder: Path, check: bool) -> list[str]:
+    """Write each notebook of ``expected`` into ``folder`` where it differs (or only list
+    those, with ``check``); the names that differed."""
+    stale = []
+    for name, text in expected.items():
+        target = folder / name
+        current = target.read_text() if target.exists() else None
+        if current == text:
+            continue
+        stale.append(name)
+        if not check:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            print(f"wrote {target}")
+    return stale
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("solutions", nargs="?", type=Path, default=ROOT / "solutions")
     parser.add_argument("exercises", nargs="?", type=Path, default=ROOT / "exercises")
     parser.add_argument("--check", action="store_true", help="report drift instead of writing")
+    parser.add_argument("--no-nbgrader", action="store_true",
+                        help="leave the solutions' nbgrader metadata as it is (no graders are collected)")
     args = parser.parse_args(argv)
-    stale = []
-    for name, text in expected_stubs(args.solutions).items():
-        target = args.exercises / name
-        current = target.read_text() if target.exists() else None
-        if current == text:
-            continue
-        stale.append(name)
-        if not args.check:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-            print(f"wrote {target}")
+    unannotated = [] if args.no_nbgrader else _sync(annotated_solutions(args.solutions), args.solutions, args.check)
+    stale = _sync(expected_stubs(args.solutions), args.exercises, args.check)
+    if args.check and unannotated:
+        print("solutions/ lacks the nbgrader metadata the graders give for: " + ", ".join(unannotated)
+              + " (run `make exercises`)", file=sys.stderr)
     if args.check and stale:
         print("exercises/ is out of date for: " + ", ".join(stale) + " (run `make exercises`)", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if args.check and (stale or unannotated) else 0
 
 
 if __name__ == "__main__":

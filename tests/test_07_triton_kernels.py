@@ -19,6 +19,11 @@ smaller than 16, a loop variable that changes shape). ``test_compiles_for_gpu`` 
 every graded kernel for an A100 (sm_80) and an H100 (sm_90) with no GPU present
 (gpucompile: Triton's compiler and NVIDIA's ptxas, shipped in the Triton wheel), in a
 child process without the interpreter, at the block sizes the chapter uses.
+
+Exercises 7.6 (occupancy) and 7.7 (block configuration) read the compiler's report. They
+are graded on hand-made cases, each isolating one rule, and on the ptxas reports of the
+notebook's own flash_fwd_kernel compiled for sm_90 and sm_80 in one child; where the Triton
+wheel has no ptxas, those cases are skipped with the reason (not counted).
 """
 
 import math
@@ -466,3 +471,218 @@ COMPILE_MARKS = {ex: getattr(pytest.mark, f"ex{ex.replace('.', '_')}") for ex in
                                            for ex in GRADED_KERNELS for arch in ARCHS])
 def test_compiles_for_gpu(nb, exercise, arch):
     _grade_compile(nb, exercise, arch)
+
+
+# -- Exercises 7.6 and 7.7: what the compiler's report allows on one SM ----------------------------
+# Occupancy from ptxas numbers: (registers per thread, shared bytes per program, threads per
+# program, arch). Each case isolates one rule of the statement (the id says which).
+OCCUPANCY_CASES = {
+    "R166-S128KiB-T256-sm_90-chapter-row": (166, 131072, 256, "sm_90"),
+    "R16-S0-T32-sm_90-block-slots": (16, 0, 32, "sm_90"),
+    "R24-S0-T512-sm_90-warp-slots": (24, 0, 512, "sm_90"),
+    "R170-S0-T128-sm_90-register-unit-256": (170, 0, 128, "sm_90"),
+    "R192-S0-T96-sm_90-sub-partitions": (192, 0, 96, "sm_90"),
+    "R64-S0-T112-sm_90-partial-warp": (64, 0, 112, "sm_90"),
+    "R32-S45KiB-T128-sm_90-reserved-1KiB": (32, 46080, 128, "sm_90"),
+    "R32-S32300-T128-sm_90-shared-unit-128": (32, 32300, 128, "sm_90"),
+    "R32-S114176-T128-sm_90-228KiB-not-228kB": (32, 114176, 128, "sm_90"),
+    "R32-S40000-T128-sm_80-164KiB": (32, 40000, 128, "sm_80"),
+    "R32-S232449-T128-sm_90-too-much-shared": (32, 232449, 128, "sm_90"),
+    "R255-S0-T1024-sm_80-too-many-registers": (255, 0, 1024, "sm_80"),
+    "R8-S0-T1-sm_80-one-thread": (8, 0, 1, "sm_80"),
+}
+OCCUPANCY_BAD = {  # id: (arguments, exception, argument named)
+    "registers-float": ((64.0, 0, 128, "sm_90"), TypeError, "registers_per_thread"),
+    "registers-bool": ((True, 0, 128, "sm_90"), TypeError, "registers_per_thread"),
+    "registers-0": ((0, 0, 128, "sm_90"), ValueError, "registers_per_thread"),
+    "registers-256": ((256, 0, 128, "sm_90"), ValueError, "registers_per_thread"),
+    "shared-negative": ((64, -1, 128, "sm_90"), ValueError, "shared_bytes_per_block"),
+    "threads-str": ((64, 0, "128", "sm_90"), TypeError, "threads_per_block"),
+    "threads-0": ((64, 0, 0, "sm_90"), ValueError, "threads_per_block"),
+    "threads-1025": ((64, 0, 1025, "sm_90"), ValueError, "threads_per_block"),
+    "arch-sm_75": ((64, 0, 128, "sm_75"), ValueError, "arch"),
+}
+
+
+def _ptxas_log(registers, spill_stores=0, spill_loads=0, spill_line=True):
+    """A ptxas -v report in the compiler's own words (ptxas 12.x, as Triton prints it)."""
+    head = "ptxas info    : Compiling entry function 'flash_fwd_kernel' for 'sm_90a'\n"
+    head += "ptxas info    : Function properties for flash_fwd_kernel\n"
+    if spill_line:
+        stack = spill_stores // 2
+        head += f"    {stack} bytes stack frame, {spill_stores} bytes spill stores, {spill_loads} bytes spill loads\n"
+    return head + f"ptxas info    : Used {registers} registers, used 1 barriers, 0 bytes cumulative stack size\n"
+
+
+CONFIG_CASES = {  # id: ({(BLOCK_M, BLOCK_N, num_warps, num_stages): (registers, spill stores, spill loads)}, programs_per_sm)
+    "largest-tile-spills-p1": ({(128, 128, 4, 2): (255, 164, 124), (128, 64, 8, 3): (166, 0, 0),
+                                (64, 64, 4, 3): (168, 0, 0), (32, 32, 4, 2): (119, 0, 0)}, 1),
+    "255-registers-8-warps-fit-p1": ({(128, 128, 8, 2): (255, 0, 0), (128, 64, 8, 3): (166, 0, 0)}, 1),
+    "255-registers-8-warps-p2": ({(128, 128, 8, 2): (255, 0, 0), (128, 64, 8, 3): (166, 0, 0),
+                                  (64, 64, 4, 3): (168, 0, 0)}, 2),
+    "spill-loads-only": ({(128, 128, 8, 2): (255, 0, 8), (64, 64, 4, 3): (168, 0, 0)}, 1),
+    "spill-stores-only": ({(128, 128, 8, 2): (255, 8, 0), (64, 64, 4, 3): (168, 0, 0)}, 1),
+    "register-unit-256-p3": ({(128, 64, 4, 2): (170, 0, 0), (64, 64, 4, 2): (128, 0, 0)}, 3),
+    "sub-partitions-2-warps-p5": ({(64, 64, 2, 2): (192, 0, 0), (32, 32, 2, 2): (100, 0, 0)}, 5),
+    "ties-tile-then-block-m-warps-stages": ({(64, 128, 4, 3): (200, 0, 0), (128, 64, 8, 3): (150, 0, 0),
+                                            (128, 64, 4, 3): (200, 0, 0), (128, 64, 4, 2): (200, 0, 0),
+                                            (32, 64, 4, 3): (90, 0, 0)}, 1),
+    "tile-before-block-m": ({(128, 32, 4, 2): (120, 0, 0), (64, 128, 4, 2): (180, 0, 0)}, 1),
+    "everything-spills": ({(128, 128, 4, 2): (255, 164, 124), (64, 32, 2, 2): (255, 8, 8)}, 1),
+    "no-spill-line": ({(64, 64, 4, 3): (168, None, None), (128, 128, 4, 2): (255, 164, 124)}, 1),
+}
+CONFIG_BAD = {  # id: (reports, programs_per_sm, exception, argument named)
+    "reports-list": ([_ptxas_log(100)], 1, TypeError, "reports"),
+    "key-of-3": ({(64, 64, 4): _ptxas_log(100)}, 1, ValueError, "reports"),
+    "log-without-registers": ({(64, 64, 4, 3): "ptxas info    : 0 bytes gmem\n"}, 1, ValueError, "reports"),
+    "programs-0": ({(64, 64, 4, 3): _ptxas_log(100)}, 0, ValueError, "programs_per_sm"),
+    "programs-float": ({(64, 64, 4, 3): _ptxas_log(100)}, 1.0, TypeError, "programs_per_sm"),
+}
+
+
+def _config_reports(cid):
+    table, programs = CONFIG_CASES[cid]
+    reports = {cfg: _ptxas_log(r, s or 0, l or 0, spill_line=s is not None) for cfg, (r, s, l) in table.items()}
+    return reports, programs
+
+
+# The flash kernel of the notebook under test, compiled as the chapter compiles it (bf16, d=128,
+# N=8192) for these (BLOCK_M, BLOCK_N, num_warps, num_stages): the chapter's table, which
+# spills at (128, 64, 4, 3), and two more that spill. Cold, ~4 s each on the 2-core machine;
+# Triton's cache (keyed by the kernel's source) makes a rerun take a fraction of that.
+REAL_CONFIGS = {"sm_90": [(32, 32, 4, 2), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2),
+                          (128, 32, 4, 4), (128, 128, 4, 2)],
+                "sm_80": [(64, 64, 4, 3), (128, 64, 8, 3)]}
+REAL_CASES = {"7.6": ["sm_90", "sm_80"], "7.7": ["sm_90-programs1", "sm_90-programs2", "sm_80-programs1"]}
+REAL_TIMEOUT_S = 240  # the nine compiles above, cold, on the 2-core machine (measured ~40 s), with room
+_REAL_REPORTS: dict = {}  # in the child: the compiled reports, per notebook
+
+
+def _ptxas_missing():
+    """Why the compiler cannot run here (no ptxas in the Triton wheel), or None."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("triton")
+    if spec is None or not spec.submodule_search_locations:
+        return "Triton is not installed"
+    ptxas = Path(list(spec.submodule_search_locations)[0]) / "backends" / "nvidia" / "bin" / "ptxas"
+    return None if ptxas.exists() else f"{ptxas} is missing: this Triton wheel ships no ptxas to compile with"
+
+
+def _real_reports(nb):
+    """{arch: {config: Compiled}} for the notebook's flash_fwd_kernel, compiled once per child."""
+    from gpucompile import compile_many
+    from gpucompile.chapter07 import flash_request
+
+    if nb.path in _REAL_REPORTS:
+        return _REAL_REPORTS[nb.path]
+    stub = _stub_message(nb, "7.3")
+    if stub is not None:
+        raise GradingFailure("this exercise is graded on the ptxas reports of your flash_fwd_kernel "
+                             f"(Exercise 7.3), which is not implemented yet: {stub}")
+    requests = [(arch, cfg) for arch, cfgs in REAL_CONFIGS.items() for cfg in cfgs]
+    compiled = compile_many([flash_request(nb.flash_fwd_kernel, arch, block_m=m, block_n=n, num_warps=w,
+                                           num_stages=s) for arch, (m, n, w, s) in requests])
+    reports: dict = {}
+    for (arch, cfg), c in zip(requests, compiled):
+        if isinstance(c, KernelCompileError):
+            raise GradingFailure(f"this exercise is graded on the ptxas reports of your flash_fwd_kernel "
+                                 f"(Exercise 7.3), which does not compile with {cfg}:\n  {c}")
+        reports.setdefault(arch, {})[cfg] = c
+    _REAL_REPORTS[nb.path] = reports
+    return reports
+
+
+def check_compiler_numbers(nb, exercise, cid):
+    """Runs in the child (grading.isolation, TRITON_INTERPRET=0): one case of 7.6 or 7.7."""
+    from grading.compare import assert_equal
+
+    if exercise == "7.6" and cid.startswith("bad:"):
+        args, exc, names = OCCUPANCY_BAD[cid[4:]]
+        assert_raises(nb.occupancy, *args, exc=exc, names=names)
+    elif exercise == "7.6" and cid.startswith("real:"):
+        nb.occupancy(64, 0, 128, "sm_90")  # a stub says so before anything is compiled
+        arch = cid[5:]
+        for (m, n, w, s), c in _real_reports(nb)[arch].items():
+            args = (c.usage.registers, c.usage.shared_bytes, 32 * w, arch)
+            assert_equal(nb.occupancy(*args), ref.occupancy(*args), call_text("occupancy", *args)
+                         + f" [flash_fwd_kernel compiled for {arch} with BLOCK_M={m}, BLOCK_N={n}, "
+                           f"num_warps={w}, num_stages={s}: ptxas -v and Triton's shared memory]")
+    elif exercise == "7.6":
+        args = OCCUPANCY_CASES[cid]
+        assert_equal(nb.occupancy(*args), ref.occupancy(*args), call_text("occupancy", *args) + f" [{cid}]")
+    elif cid.startswith("bad:"):
+        reports, programs, exc, names = CONFIG_BAD[cid[4:]]
+        assert_raises(nb.choose_block_config, reports, programs, exc=exc, names=names)
+    elif cid.startswith("real:"):
+        nb.choose_block_config({(16, 16, 1, 1): _ptxas_log(32)}, 1)  # a stub says so before compiling
+        arch, programs = cid[5:].split("-programs")
+        compiled = _real_reports(nb)[arch]
+        reports = {cfg: c.ptxas_log for cfg, c in compiled.items()}
+        table = "; ".join(f"{cfg}: {c.usage.registers} registers, {c.usage.spill_bytes} spill bytes"
+                          for cfg, c in compiled.items())
+        assert_equal(nb.choose_block_config(reports, int(programs)), ref.choose_block_config(reports, int(programs)),
+                     f"choose_block_config(<ptxas -v of your flash_fwd_kernel for {arch}>, {programs}) "
+                     f"[the compiler reported {table}]")
+    else:
+        reports, programs = _config_reports(cid)
+        assert_equal(nb.choose_block_config(reports, programs), ref.choose_block_config(reports, programs),
+                     call_text("choose_block_config", reports, programs) + f" [{cid}]")
+
+
+def _grade_compiler_numbers(nb, exercise, cid):
+    """The cases of 7.6 and 7.7 that need no compiler share one child; those graded on the
+    compiled flash kernel share another, which compiles it once."""
+    path = nb.path
+    real = cid.startswith("real:")
+    if real:
+        missing = _ptxas_missing()
+        if missing:
+            pytest.skip(f"cannot compile for a GPU on this machine ({missing}); not counted")
+        ids = [("7.6", f"real:{c}") for c in REAL_CASES["7.6"]] + [("7.7", f"real:{c}") for c in REAL_CASES["7.7"]]
+    else:
+        ids = ([("7.6", c) for c in OCCUPANCY_CASES] + [("7.6", f"bad:{c}") for c in OCCUPANCY_BAD]
+               + [("7.7", c) for c in CONFIG_CASES] + [("7.7", f"bad:{c}") for c in CONFIG_BAD])
+    results = shared_batch(f"{path}|{__name__}|compiler-numbers|{real}", lambda: run_checks(
+        path, f"{__name__}:check_compiler_numbers", [(f"{ex}|{c}", (ex, c)) for ex, c in ids],
+        timeout=REAL_TIMEOUT_S if real else BATCH_TIMEOUT_S, env=COMPILE_ENV))
+    results[f"{exercise}|{cid}"].raise_for_status()
+
+
+@pytest.mark.ex7_6
+@pytest.mark.points(2)
+@pytest.mark.parametrize("cid", list(OCCUPANCY_CASES))
+def test_occupancy(nb, cid):
+    _grade_compiler_numbers(nb, "7.6", cid)
+
+
+@pytest.mark.ex7_6
+@pytest.mark.parametrize("cid", list(OCCUPANCY_BAD))
+def test_occupancy_rejects_bad_input(nb, cid):
+    _grade_compiler_numbers(nb, "7.6", f"bad:{cid}")
+
+
+@pytest.mark.ex7_6
+@pytest.mark.parametrize("arch", REAL_CASES["7.6"])
+def test_occupancy_of_the_compiled_flash_kernel(nb, arch):
+    _grade_compiler_numbers(nb, "7.6", f"real:{arch}")
+
+
+@pytest.mark.ex7_7
+@pytest.mark.points(2)
+@pytest.mark.parametrize("cid", list(CONFIG_CASES))
+def test_choose_block_config(nb, cid):
+    _grade_compiler_numbers(nb, "7.7", cid)
+
+
+@pytest.mark.ex7_7
+@pytest.mark.parametrize("cid", list(CONFIG_BAD))
+def test_choose_block_config_rejects_bad_input(nb, cid):
+    _grade_compiler_numbers(nb, "7.7", f"bad:{cid}")
+
+
+@pytest.mark.ex7_7
+@pytest.mark.parametrize("cid", REAL_CASES["7.7"])
+def test_choose_block_config_on_the_compiled_flash_kernel(nb, cid):
+    _grade_compiler_numbers(nb, "7.7", f"real:{cid}")

@@ -4,8 +4,9 @@ Each bug runs only against its exercise's graders (``tests=``): every grader bat
 starts a child process and runs kernels through the interpreter, and the other
 exercises would pass anyway.
 
-The last five are kernels the interpreter runs correctly (every value test passes; tried)
-and the GPU compiler rejects: only ``test_compiles_for_gpu`` can catch them."""
+The five after "accepted by the interpreter" are kernels the interpreter runs correctly
+(every value test passes; tried) and the GPU compiler rejects: only ``test_compiles_for_gpu``
+can catch them. The last ones misread the compiler's report (Exercises 7.6 and 7.7)."""
 
 from grading.catalogue import Bug
 
@@ -90,4 +91,55 @@ BUGS = [
         "which NumPy broadcasts and the compiler rejects",
         old="m_new = tl.maximum(m_i, tl.max(s, 0))", new="m_new = tl.maximum(m_i, tl.max(s, 0, keep_dims=True))",
         tests="compiles"),
+]
+
+# -- Exercises 7.6 and 7.7: occupancy and block configuration from ptxas's report --------------
+BUGS += [
+    Bug("occupancy_no_register_unit", "7.6",
+        "gives each warp exactly 32 x registers_per_thread registers, without rounding up to the 256-register unit",
+        old="registers_per_warp = units * REGISTER_ALLOCATION_UNIT",
+        new="registers_per_warp = registers_per_thread * WARP_SIZE", tests="occupancy"),
+    Bug("occupancy_threads_not_warps", "7.6",
+        "allocates registers to the whole program (registers x threads, rounded to 256) instead of warp by warp",
+        old='"registers": warps_by_registers // warps_per_block,',
+        new='"registers": REGISTERS_PER_SM // (-(-registers_per_thread * threads_per_block // '
+            'REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT),', tests="occupancy"),
+    Bug("occupancy_whole_register_file", "7.6",
+        "divides the whole 64K register file by the registers of a warp, ignoring the four sub-partitions",
+        old="warps_by_registers = SUB_PARTITIONS * (REGISTERS_PER_SM // SUB_PARTITIONS // registers_per_warp)",
+        new="warps_by_registers = REGISTERS_PER_SM // registers_per_warp", tests="occupancy"),
+    Bug("occupancy_warps_rounded_down", "7.6", "counts threads_per_block // 32 warps: a partial warp is not free",
+        old="warps_per_block = -(-threads_per_block // WARP_SIZE)",
+        new="warps_per_block = threads_per_block // WARP_SIZE", tests="occupancy"),
+    Bug("occupancy_no_reserved_shared", "7.6", "forgets the 1 KiB of shared memory CUDA reserves per program",
+        old="(shared_bytes_per_block + RESERVED_SHARED_PER_BLOCK)", new="(shared_bytes_per_block)", tests="occupancy"),
+    Bug("occupancy_no_shared_unit", "7.6", "divides by the exact bytes, not rounded up to the 128-byte unit",
+        old='"shared memory": SHARED_BYTES_PER_SM[arch] // (shared_units * SHARED_ALLOCATION_UNIT),',
+        new='"shared memory": SHARED_BYTES_PER_SM[arch] // (shared_bytes_per_block + RESERVED_SHARED_PER_BLOCK),',
+        tests="occupancy"),
+    Bug("occupancy_kilobytes_not_kibibytes", "7.6", "reads 228 KB and 164 KB as 228,000 and 164,000 bytes",
+        old='SHARED_BYTES_PER_SM = {"sm_80": 164 * 1024, "sm_90": 228 * 1024}',
+        new='SHARED_BYTES_PER_SM = {"sm_80": 164_000, "sm_90": 228_000}', tests="occupancy"),
+    Bug("config_spills_are_fine", "7.7", "keeps configurations that spill, as long as their registers fit",
+        old="if spilled == 0 and programs_per_sm * num_warps <= warps_by_registers:",
+        new="if programs_per_sm * num_warps <= warps_by_registers:", tests="block_config"),
+    Bug("config_spill_stores_only", "7.7", "reads the spill stores and ignores the spill loads",
+        old=r'r"(\d+) bytes spill (?:stores|loads)"', new=r'r"(\d+) bytes spill stores"', tests="block_config"),
+    Bug("config_no_register_unit", "7.7", "gives each warp exactly 32 x R registers, without the 256-register unit",
+        old="units = -(-int(used.group(1)) * WARP_SIZE // REGISTER_ALLOCATION_UNIT)",
+        new="units = int(used.group(1)) * WARP_SIZE / REGISTER_ALLOCATION_UNIT", tests="block_config"),
+    Bug("config_registers_per_warp_not_thread", "7.7",
+        "reads 'Used R registers' as registers per warp, not per thread (forgets the 32 threads)",
+        old="units = -(-int(used.group(1)) * WARP_SIZE // REGISTER_ALLOCATION_UNIT)",
+        new="units = -(-int(used.group(1)) // REGISTER_ALLOCATION_UNIT)", tests="block_config"),
+    Bug("config_whole_register_file", "7.7", "ignores the four register sub-partitions",
+        old="warps_by_registers = SUB_PARTITIONS * (REGISTERS_PER_SM // SUB_PARTITIONS\n"
+            "                                               // (units * REGISTER_ALLOCATION_UNIT))",
+        new="warps_by_registers = REGISTERS_PER_SM // (units * REGISTER_ALLOCATION_UNIT)", tests="block_config"),
+    Bug("config_most_warps_on_ties", "7.7", "breaks a tie between equal tiles towards more warps",
+        old="key=lambda c: (c[0] * c[1], c[0], -c[2], c[3])", new="key=lambda c: (c[0] * c[1], c[0], c[2], c[3])",
+        tests="block_config"),
+    Bug("config_largest_block_m_first", "7.7", "ranks by BLOCK_M first, then BLOCK_N, instead of the tile's area",
+        old="key=lambda c: (c[0] * c[1], c[0], -c[2], c[3])", new="key=lambda c: (c[0], c[1], -c[2], c[3])",
+        tests="block_config"),
 ]
