@@ -4,7 +4,11 @@ Every kernel runs in a child process (grading.isolation): under TRITON_INTERPRET
 unmasked load is a real out-of-bounds access and can kill the process with SIGSEGV;
 isolated, that is one failed exercise with the signal named. The cases of one
 exercise share one child (importing torch and Triton costs seconds), and its results
-are kept for the parametrized tests of that exercise.
+are kept for the parametrized tests of that exercise. In the child, every load and store
+of an interpreted kernel is checked against the tensor its pointer came from
+(grading.triton_bounds): a kernel that reads past a tensor fails with the argument and
+the element ("load from `K` at element 4160, past its end (4096)"), even when it throws
+the values away and its result is right.
 
 On CPU the kernels run through the interpreter in fp32 and fp16 (the interpreter does
 not emulate bf16 arithmetic faithfully). The tests marked ``gpu`` run the same value
@@ -32,6 +36,7 @@ from gpucompile import KernelCompileError, compile_kernel, jitted_functions
 from gpucompile.chapter07 import ARCHS, GRADED_KERNELS, case_ids, graded_request
 from grading.compare import GradingFailure, assert_close, assert_raises, call_text
 from grading.isolation import run_checks, shared_batch
+from grading.triton_bounds import bounds_checked
 from tests.references import ref_07_triton_kernels as ref
 
 INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
@@ -294,7 +299,17 @@ DTYPE_FIELD = {"7.1": 1, "7.2": 2, "7.3": 5, "7.4": 5, "7.5": 5}  # where each c
 
 
 def check_case(nb, exercise, cid, device):
-    """Runs in the child (grading.isolation): one case of one exercise on ``nb``."""
+    """Runs in the child (grading.isolation): one case of one exercise on ``nb``. Under the
+    interpreter every load and store is checked against the tensor it points into
+    (grading.triton_bounds): reading past a tensor fails the case even when the values
+    read are thrown away."""
+    if device != "cpu":
+        return _check_case(nb, exercise, cid, device)
+    with bounds_checked():
+        return _check_case(nb, exercise, cid, device)
+
+
+def _check_case(nb, exercise, cid, device):
     torch.set_num_threads(1)
     if cid.startswith("bad:"):
         cid = cid[4:]

@@ -51,6 +51,21 @@ BUGS = [
     Bug("paged_gqa_no_grouping", "7.5", "reads KV head h for query head h, ignoring GQA",
         old="    off_kvh = off_h // GROUP\n    seq_len = tl.load(Seq_lens + off_b)",
         new="    off_kvh = off_h\n    seq_len = tl.load(Seq_lens + off_b)", tests="paged_decode"),
+    # -- out of bounds: the values are right, the memory is not (grading.triton_bounds) --------------
+    Bug("vector_loads_without_mask", "7.1",
+        "loads x and y without the mask: the last block reads past both tensors, and the masked store hides it",
+        old="x = tl.load(x_ptr + offsets, mask=mask)\n    y = tl.load(y_ptr + offsets, mask=mask)",
+        new="x = tl.load(x_ptr + offsets)\n    y = tl.load(y_ptr + offsets)", tests="vector_add"),
+    Bug("flash_query_load_without_mask", "7.3",
+        "loads the query block without the row mask: the rows past seq_len read past q, and the masked stores "
+        "throw their results away",
+        old="q = tl.load(q_ptrs, mask=row_mask, other=0.0)", new="q = tl.load(q_ptrs)", tests="flash_attention"),
+    Bug("paged_block_table_load_without_mask", "7.5",
+        "loads the block table without the mask: the tokens past seq_len read table entries past the end of the "
+        "row, and past the end of block_tables in the last row",
+        old="page = tl.load(Block_tables + off_b * stride_tb + (offs_t // page_size) * stride_tp, mask=valid, other=0)",
+        new="page = tl.load(Block_tables + off_b * stride_tb + (offs_t // page_size) * stride_tp)",
+        tests="paged_decode"),
     # -- accepted by the interpreter, rejected by the compiler -------------------------------------
     Bug("lse_global_float", "7.3",
         "divides by the notebook's global LOG2_E, a Python float: the interpreter reads it, the compiler "

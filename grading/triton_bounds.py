@@ -1,0 +1,255 @@
+"""Bounds-checked memory for Triton kernels run by the interpreter (``TRITON_INTERPRET=1``).
+
+Under the interpreter a pointer is a plain 64-bit address and ``tl.load`` is a ``memcpy``
+from it: a lane that a mask should have switched off reads whatever lies past the tensor
+(another tensor, the allocator's bookkeeping, nothing mapped at all). A kernel that reads
+past a tensor and then throws the values away produces the right answer on the CPU and a
+crash or a wrong answer on a GPU. Inside :func:`bounds_checked`, every load, store and
+atomic that a kernel launch performs is checked against the tensor its pointer came from:
+
+    with bounds_checked():
+        paged_decode_attention(q, k_pages, v_pages, tables, seq_lens)
+    # OutOfBoundsAccess: load from `Block_tables` at element 20, past its end (20),
+    #   in program (1, 0, 0) of paged_decode_kernel (6 of 16 active lanes out of bounds)
+
+How the pointer's origin is known. When a launch starts, every tensor argument is given
+a *fake* base address in a region of its own, ``2**40`` bytes wide (region ``i + 1`` for
+the ``i``-th tensor argument), in place of its real ``data_ptr()``. The kernel's pointer
+arithmetic (``+``, broadcasts, ``tl.where`` on pointers, block pointers) then runs on fake
+addresses, so the high bits of any address a kernel computes still name the argument it
+started from, and the rest is its byte offset from that argument's start. Each memory
+operation decodes its addresses, checks every active lane (where the mask is true) against
+``[0, span)`` of its argument, and hands the real addresses, ``data_ptr() + offset``, to
+the interpreter. Lanes the mask switches off are not checked and not read (the
+interpreter reads no masked-off lane). A lane outside its bounds is never read or written:
+the operation raises :class:`OutOfBoundsAccess` before any memory is touched, so an
+unmasked access can no longer crash the process either.
+
+The span of an argument is the memory from its first element to its last:
+``1 + sum((size_i - 1) * stride_i)`` elements (its ``numel()`` when contiguous, 0 when
+empty). For a strided view (``pool[:, 0]`` of an interleaved K/V pool) the span includes
+the gaps that belong to the other view, so a read into a gap is not caught: the check is
+about memory past the ends of an argument, which is what a missing mask reads.
+
+The first violation is recorded and raised again when the ``with`` block exits, even if
+the student's code caught the exception or the interpreter wrapped it (it raises its own
+``InterpreterError`` around any exception from a kernel).
+
+Nothing here changes the values a correct kernel computes. A kernel that compares or
+prints raw pointer values (never needed, and not portable) would see the fake addresses.
+Only launches under the interpreter are checked; compiled launches are left alone.
+
+Raises :class:`OutOfBoundsAccess` (a :class:`grading.compare.GradingFailure`, so the
+student sees its message as it is) and ``RuntimeError`` when entered twice at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from grading.compare import GradingFailure
+
+REGION_BITS = 40  # each tensor argument gets 1 TiB of fake address space
+# Fake bases start in the middle of their region, so that offsets of up to +-512 GiB
+# (far past any kernel's mistake) still decode to the right argument.
+REGION_MIDDLE = 1 << (REGION_BITS - 1)
+ALIGNMENT_KEPT = 1 << 12  # a fake base keeps the real address modulo 4096 (alignment asserts)
+
+
+class OutOfBoundsAccess(GradingFailure):
+    """A kernel's load, store or atomic reached outside the tensor its pointer came from."""
+
+
+@dataclass
+class _Argument:
+    name: str  # the kernel's parameter name, with [i] for a member of a tuple argument
+    real_base: int  # data_ptr() of the host tensor the interpreter runs on
+    fake_base: int
+    span_bytes: int
+    element_size: int
+
+
+@dataclass
+class _Launch:
+    kernel: str
+    arguments: list[_Argument] = field(default_factory=list)
+    by_id: dict[int, _Argument] = field(default_factory=dict)  # id(host tensor) -> its argument
+    # The arguments' fake bases, spans and real bases as arrays, indexed by region - 1.
+    fake_bases: np.ndarray | None = None
+    spans: np.ndarray | None = None
+    real_bases: np.ndarray | None = None
+
+    def freeze(self) -> None:
+        """Build the lookup arrays once per launch (every memory operation indexes them)."""
+        self.fake_bases = np.array([a.fake_base for a in self.arguments], dtype=np.uint64)
+        self.spans = np.array([a.span_bytes for a in self.arguments], dtype=np.int64)
+        self.real_bases = np.array([a.real_base for a in self.arguments], dtype=np.uint64)
+
+
+def _span_bytes(t) -> int:
+    """Bytes from the first element of ``t`` to the end of its last (0 when empty)."""
+    if t.numel() == 0:
+        return 0
+    return (1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))) * t.element_size()
+
+
+class _Checker:
+    """The state of one :func:`bounds_checked` block: the current launch, the first violation."""
+
+    def __init__(self, interpreter):
+        self.interpreter = interpreter
+        self.launch: _Launch | None = None
+        self.first: str | None = None
+
+    # -- the launch: fake bases for the tensor arguments -----------------------------------------
+    def register(self, executor, args_hst, kwargs_hst) -> None:
+        """Called with the host copies of one launch's arguments, before the kernel runs."""
+        launch = _Launch(kernel=getattr(executor.fn, "__name__", "the kernel"))
+        try:
+            named = inspect.getcallargs(executor.fn, *args_hst, **kwargs_hst)
+        except TypeError:
+            named = {}  # the interpreter raises its own error for a bad call just after
+        for name, value in named.items():
+            if name not in executor.constexprs:
+                self._add(launch, name, value)
+        launch.freeze()
+        self.launch = launch
+
+    def _add(self, launch: _Launch, name: str, value) -> None:
+        interp = self.interpreter
+        if isinstance(value, tuple):
+            for i, member in enumerate(value):
+                self._add(launch, f"{name}[{i}]", member)
+        elif isinstance(value, interp.TensorDescriptor):
+            self._add(launch, f"{name}.base", value.base)
+        elif hasattr(value, "data_ptr"):
+            tensor = interp._unwrap_tensor(value)
+            real = tensor.data_ptr()
+            fake = ((len(launch.arguments) + 1) << REGION_BITS) + REGION_MIDDLE + real % ALIGNMENT_KEPT
+            arg = _Argument(name, real, fake, _span_bytes(tensor), tensor.element_size())
+            launch.arguments.append(arg)
+            launch.by_id[id(value)] = arg
+
+    def fake_pointer(self, value):
+        """The fake base of a registered tensor argument, or None for anything else."""
+        arg = self.launch.by_id.get(id(value)) if self.launch is not None else None
+        return None if arg is None else arg.fake_base
+
+    # -- every memory operation --------------------------------------------------------------------
+    def translate(self, operation: str, ptrs, mask):
+        """Check the active lanes of ``ptrs`` (a TensorHandle of fake addresses) and return a
+        TensorHandle of the real addresses; raise OutOfBoundsAccess at the first bad lane."""
+        interp = self.interpreter
+        if self.launch is None or not self.launch.arguments:
+            return ptrs
+        fake = np.asarray(ptrs.data).astype(np.uint64)
+        active = np.ones(fake.shape, dtype=bool) if mask is None else np.broadcast_to(
+            np.asarray(mask.data, dtype=bool), fake.shape)
+        launch = self.launch
+        region = (fake >> np.uint64(REGION_BITS)).astype(np.int64) - 1
+        known = (region >= 0) & (region < len(launch.arguments))
+        index = np.where(known, region, 0)
+        offsets = (fake - launch.fake_bases[index]).view(np.int64)  # wraps below the base to a negative offset
+        spans = launch.spans[index]
+        width = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)  # bytes one lane touches
+        inside = known & (offsets >= 0) & (offsets + width <= spans)
+        bad = active & ~inside
+        if bad.any():
+            self._fail(operation, bad, known, index, offsets)
+        # Masked-off lanes get address 0: the interpreter never reads or writes them.
+        real = np.where(active, launch.real_bases[index] + offsets.view(np.uint64), np.uint64(0))
+        return interp.TensorHandle(real, ptrs.dtype)
+
+    def _fail(self, operation, bad, known, index, offsets):
+        first = np.flatnonzero(bad.reshape(-1))[0]
+        grid = tuple(int(i) for i in (self.interpreter.interpreter_builder.grid_idx or ()))
+        where = f"in program {grid} of {self.launch.kernel} ({int(bad.sum())} of {bad.size} lanes out of bounds)"
+        if not known.reshape(-1)[first]:
+            text = f"{operation} a pointer that no tensor argument of {self.launch.kernel} points into, {where}"
+        else:
+            arg = self.launch.arguments[int(index.reshape(-1)[first])]
+            element = int(offsets.reshape(-1)[first]) // arg.element_size
+            end = arg.span_bytes // arg.element_size
+            if element < 0:
+                text = f"{operation} `{arg.name}` at element {element}, before its start, {where}"
+            else:
+                text = f"{operation} `{arg.name}` at element {element}, past its end ({end}), {where}"
+        if self.first is None:
+            self.first = text
+        raise OutOfBoundsAccess(text)
+
+
+_ACTIVE: list[_Checker] = []
+
+
+@contextlib.contextmanager
+def bounds_checked():
+    """Check every memory access of the interpreted Triton launches inside the block.
+
+    Raises :class:`OutOfBoundsAccess` with the first out-of-bounds access, for example
+    ``load from `K` at element 4160, past its end (4096), in program (0, 3, 0) of
+    attn_kernel (64 of 512 lanes out of bounds)``. Without Triton installed it checks nothing."""
+    if _ACTIVE:
+        raise RuntimeError("bounds_checked() is already active; it does not nest")
+    try:
+        from triton.runtime import interpreter as interp
+    except ImportError:
+        yield
+        return
+    checker = _Checker(interp)
+    builder = interp.interpreter_builder
+    original_cvt = interp._implicit_cvt
+    original_init = interp.GridExecutor._init_args_hst
+    load, store = builder.create_masked_load, builder.create_masked_store
+    rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
+
+    def init_args_hst(executor, args_dev, kwargs):
+        args_hst, kwargs_hst = original_init(executor, args_dev, kwargs)
+        checker.register(executor, args_hst, kwargs_hst)
+        return args_hst, kwargs_hst
+
+    def implicit_cvt(arg):
+        converted = original_cvt(arg)
+        fake = checker.fake_pointer(arg)
+        if fake is not None:  # a fresh one-element array made for this argument
+            converted.handle.data[0] = fake
+        return converted
+
+    def masked_load(ptrs, mask, other, *rest, **kwargs):
+        return load(checker.translate("load from", ptrs, mask), mask, other, *rest, **kwargs)
+
+    def masked_store(ptrs, value, mask, *rest, **kwargs):
+        return store(checker.translate("store to", ptrs, mask), value, mask, *rest, **kwargs)
+
+    def atomic_rmw(op, ptr, val, mask, *rest, **kwargs):
+        return rmw(op, checker.translate("atomic on", ptr, mask), val, mask, *rest, **kwargs)
+
+    def atomic_cas(ptr, cmp, val, *rest, **kwargs):
+        return cas(checker.translate("atomic on", ptr, None), cmp, val, *rest, **kwargs)
+
+    patched = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
+    saved = {name: builder.__dict__[name] for name in patched if name in builder.__dict__}
+    _ACTIVE.append(checker)
+    interp._implicit_cvt = implicit_cvt
+    interp.GridExecutor._init_args_hst = init_args_hst
+    builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
+    builder.create_atomic_rmw, builder.create_atomic_cas = atomic_rmw, atomic_cas
+    try:
+        yield
+    except BaseException:
+        if checker.first is None:
+            raise
+        raise OutOfBoundsAccess(checker.first) from None  # unwrap the interpreter's InterpreterError
+    finally:
+        interp._implicit_cvt = original_cvt
+        interp.GridExecutor._init_args_hst = original_init
+        for name in patched:  # back to the class's methods (or to what was there before)
+            builder.__dict__.pop(name)
+        builder.__dict__.update(saved)
+        _ACTIVE.pop()
+    if checker.first is not None:  # the student's code caught it; the access happened all the same
+        raise OutOfBoundsAccess(checker.first)
