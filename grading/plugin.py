@@ -30,16 +30,20 @@ from grading.catalogue import Bug, load_catalogue
 from grading.outcome import classify, earned, summary
 from grading.compare import GradingFailure
 from grading.loader import CellDidNotRun, NotebookLoadError, load_notebook, read_notebook
+from grading import substitute  # issue 16: each exercise graded alone (fixture + hook)
 
 
 
 @dataclass(frozen=True)
 class Variant:
-    kind: str  # "graded" (the --notebooks dir), "solution", "stub", "bug"
+    kind: str  # "graded" (the --notebooks dir), "solution", "stub", "bug", "alone"
     bug: Bug | None = None
+    exercise: str | None = None  # "alone": the stubs with only this exercise solved
 
     @property
     def id(self) -> str:
+        if self.kind == "alone":
+            return f"alone-{self.exercise}"
         return f"bug-{self.bug.name}" if self.bug else self.kind
 
 
@@ -64,6 +68,7 @@ def pytest_configure(config):
     for name in all_markers():
         config.addinivalue_line("markers", f"{name}: grades exercise {exercise_of_marker(name)}")
     config._grading = GradingState(config)
+    config.pluginmanager.register(substitute, "grading-substitute")
     config.pluginmanager.register(config._grading, "grading-state")
 
 
@@ -117,9 +122,11 @@ class GradingState:
             if variant.kind == "stub":
                 return load_notebook(ROOT / "exercises" / name)
             solution = read_notebook(ROOT / "solutions" / name)
-            folder = tmp_factory.mktemp(f"bug-{variant.bug.name}")
+            folder = tmp_factory.mktemp(variant.id)
             path = folder / name
-            path.write_text(__import__("nbformat").writes(variant.bug.apply(solution, name)))
+            changed = substitute.only_solved(solution, variant.exercise, name) if variant.kind == "alone" \
+                else variant.bug.apply(solution, name)
+            path.write_text(__import__("nbformat").writes(changed))
             return load_notebook(path)
         except NotebookLoadError as exc:
             return _Unloadable(f"the notebook could not be loaded: {exc}")
@@ -297,6 +304,9 @@ def pytest_generate_tests(metafunc):
     name = metafunc.function.__name__
     bugs = [b for b in load_catalogue(stem) if b.tests is None or b.tests in name]
     variants = [Variant("solution"), Variant("stub")] + [Variant("bug", b) for b in bugs]
+    exercise = _exercise(metafunc.definition)
+    if exercise and substitute.chapter_table(stem) is not None:  # the independence check
+        variants.append(Variant("alone", exercise=exercise))
     metafunc.parametrize("nb", variants, indirect=True, ids=[v.id for v in variants], scope="module")
 
 
@@ -418,7 +428,7 @@ def pytest_runtest_makereport(item, call):
         ("exercise", _exercise(item)),
     ]
     _record_observation(item, call, report, variant)
-    if variant.kind in ("graded", "solution"):
+    if variant.kind in ("graded", "solution", "alone"):
         if report.failed and call.excinfo is not None:
             report.longrepr = student_message(item, call.excinfo)
             # The structured outcome the batch grader records as it is (no text parsed back).
@@ -438,6 +448,12 @@ def pytest_runtest_makereport(item, call):
             report.outcome = "passed"
     else:
         report.user_properties.append(("why", variant.bug.why))
+        exercise = _exercise(item)
+        if report.failed and substitute.chapter_table(stem) is not None and exercise != variant.bug.exercise:
+            # Issue 16: a mistake in one exercise must cost no points in another.
+            report.longrepr = (f"{item.nodeid}: the catalogue bug {variant.bug.name} of Exercise {variant.bug.exercise} "
+                               f"fails this test of Exercise {exercise}:\n{report.longrepr}")
+            return report
         if report.failed:
             report.user_properties.append(("bug_rejected", True))
         report.outcome = "passed"

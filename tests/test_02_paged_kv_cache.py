@@ -349,10 +349,45 @@ def test_append_out_of_pages_changes_nothing(nb, page_size):
 @pytest.mark.points(3)
 @PROPERTY
 @given(page_size=st.sampled_from([1, 3, 4]), num_pages=st.integers(2, 10),
-       ops=st.lists(st.one_of(APPEND, APPEND, FREE), max_size=25))
+       ops=st.lists(st.one_of(APPEND, APPEND, FORK, FREE), max_size=25))
 def test_append_free_property(nb, page_size, num_pages, ops):
-    """Random appends, frees and out-of-pages attempts (no forks); invariants after every step."""
+    """Random appends, forks, frees and out-of-pages attempts; invariants after every step.
+    Fork and free are the references' here (grading.substitute), so the copy-on-write
+    of a shared partial page is graded where it is written: in append."""
     run_ops(nb, page_size, num_pages, ops)
+
+
+@pytest.mark.ex2_3
+@pytest.mark.points(2)
+@pytest.mark.parametrize("prefix", [6, 8], ids=["shared-partial-page", "shared-full-page"])
+def test_append_copy_on_write(nb, prefix):
+    """Appends into pages a fork shares (the fork and free are the references' here): a
+    shared partial last page is copied before the write, a full one is left shared."""
+    page_size = 4
+    cache = nb.PagedKVCache(10, page_size, H_KV, HEAD_DIM)
+    model = ref.DenseKVModel(10, page_size)
+    tokens, history = Tokens(), []
+    for op in [("append", "p", prefix), ("fork", "p", "a"), ("append", "a", 1), ("append", "p", 1),
+               ("fork", "a", "b"), ("append", "b", 3), ("free", "a"), ("append", "b", 2), ("append", "p", 4)]:
+        apply_op(nb, cache, model, tokens, op, history)
+        check_invariants(cache, model, history)
+
+
+@pytest.mark.ex2_3
+def test_append_copy_on_write_out_of_pages(nb):
+    """The copy of a shared page needs a free page too; without one, nothing changes."""
+    cache = nb.PagedKVCache(2, 4, H_KV, HEAD_DIM)
+    tokens = Tokens()
+    cache.append("p", *tokens(5))
+    cache.fork("p", "c")
+    before = snapshot(cache)
+    try:
+        cache.append("c", *tokens(1))
+    except nb.OutOfPages:
+        assert_unchanged(before, cache, "append('c', 1 token) into a shared page with no free page")
+        return
+    raise GradingFailure("append('c', 1 token) writes into a page shared with 'p' and the pool has no free page "
+                         "for the copy: it must raise OutOfPages")
 
 
 @pytest.mark.ex2_3
@@ -422,23 +457,6 @@ def test_fork_copy_on_write(nb, prefix):
         apply_op(nb, cache, model, tokens, op, history)
         check_invariants(cache, model, history)
     assert_equal(cache.allocator.num_free, 10, "num_free after freeing every sequence")
-
-
-@pytest.mark.ex2_5
-def test_fork_copy_on_write_out_of_pages(nb):
-    """The copy of a shared page needs a free page too; without one, nothing changes."""
-    cache = nb.PagedKVCache(2, 4, H_KV, HEAD_DIM)
-    tokens = Tokens()
-    cache.append("p", *tokens(5))
-    cache.fork("p", "c")
-    before = snapshot(cache)
-    try:
-        cache.append("c", *tokens(1))
-    except nb.OutOfPages:
-        assert_unchanged(before, cache, "append('c', 1 token) into a shared page with no free page")
-        return
-    raise GradingFailure("append('c', 1 token) writes into a page shared with 'p' and the pool has no free page "
-                         "for the copy: it must raise OutOfPages")
 
 
 @pytest.mark.ex2_5

@@ -59,3 +59,39 @@ def variant_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size, dtype
         per_token = (kv_lora_rank + rope_head_dim) if kv_lora_rank else 2 * num_kv_heads * head_dim
         total_elements += kept * per_token
     return elements_to_bytes(total_elements * batch_size, dtype)
+
+
+# -- References for the exercises' own API (grading.substitute) --------------------
+# While a test of one exercise runs, the other exercises' functions in the student's
+# notebook are these: the formulas above with the errors each docstring promises.
+
+
+def _require_int(name, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def checked_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype="fp16"):
+    for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
+        _require_int(name, value)
+    if dtype not in BYTES and dtype not in NIBBLE_DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(BYTES) + sorted(NIBBLE_DTYPES)}, got {dtype!r}")
+    return bytes_per_token(num_layers, num_kv_heads, head_dim, dtype)
+
+
+def checked_max_tokens(device_bytes, weight_bytes, bytes_per_token, reserve_bytes=0, page_size=None):
+    _require_int("device_bytes", device_bytes)
+    _require_int("weight_bytes", weight_bytes, 0)
+    _require_int("reserve_bytes", reserve_bytes, 0)
+    _require_int("bytes_per_token", bytes_per_token)
+    if page_size is not None:
+        _require_int("page_size", page_size)
+    return max_tokens(device_bytes, weight_bytes, bytes_per_token, reserve_bytes, page_size)
+
+
+SUBSTITUTES = {
+    "kv_bytes_per_token": checked_bytes_per_token,
+    "max_tokens": checked_max_tokens,
+}

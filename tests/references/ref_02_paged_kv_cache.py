@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 import math
 
 import torch
@@ -109,3 +110,164 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
         weights = weights / weights.sum()
         out[h] = weights @ v64[:, g]  # (d,)
     return out
+
+
+# -- References for the exercises' own API (grading.substitute) --------------------
+# While a test of one exercise runs, the other exercises' functions and methods in the
+# student's notebook are these: written on the book's documented state (pool layout
+# ``pool[page, 0 or 1, slot]``, ``block_tables``, ``seq_lens``, the allocator's
+# ``free_pages`` stack and ``refcount`` list), one token and one page at a time.
+
+
+def _notebook(obj):
+    """The module the student's notebook was loaded into (for its ``OutOfPages``)."""
+    return sys.modules[type(obj).__module__]
+
+
+def _require_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def checked_pages_needed(num_tokens, page_size):
+    _require_int("num_tokens", num_tokens, 0)
+    _require_int("page_size", page_size, 1)
+    return pages_needed(num_tokens, page_size)
+
+
+def _require_in_use(alloc, pages):
+    for page in pages:
+        if isinstance(page, bool) or not isinstance(page, int) or not 0 <= page < alloc.num_pages:
+            raise ValueError(f"pages: {page!r} is not a page id")
+        if alloc.refcount[page] == 0:
+            raise ValueError(f"pages: page {page} is free")
+
+
+def allocator_allocate(self, n):
+    _require_int("n", n, 0)
+    if n > len(self.free_pages):
+        raise _notebook(self).OutOfPages(n, len(self.free_pages))
+    out = []
+    for _ in range(n):
+        page = self.free_pages.pop()
+        self.refcount[page] = 1
+        out.append(page)
+    return out
+
+
+def allocator_incref(self, pages):
+    _require_in_use(self, pages)
+    for page in pages:
+        self.refcount[page] += 1
+
+
+def allocator_decref(self, pages):
+    _require_in_use(self, pages)
+    freed = []
+    for page in pages:
+        self.refcount[page] -= 1
+        if self.refcount[page] == 0:
+            self.free_pages.append(page)
+            freed.append(page)
+    return freed
+
+
+def _require_chunk(name, x, cache):
+    if not isinstance(x, torch.Tensor) or x.dtype != cache.pool.dtype:
+        raise TypeError(f"{name} must be a torch.Tensor of dtype {cache.pool.dtype}")
+    if x.dim() != 3 or x.shape[0] < 1 or tuple(x.shape[1:]) != (cache.num_kv_heads, cache.head_dim):
+        raise ValueError(f"{name} must have shape (T >= 1, {cache.num_kv_heads}, {cache.head_dim}), got {tuple(x.shape)}")
+
+
+def cache_append(self, seq_id, k, v):
+    _require_chunk("k", k, self)
+    _require_chunk("v", v, self)
+    if k.shape != v.shape:
+        raise ValueError(f"v must have the shape of k, got {tuple(v.shape)}")
+    ps, alloc = self.page_size, self.allocator
+    table = list(self.block_tables.get(seq_id, []))
+    old = self.seq_lens.get(seq_id, 0)
+    new = old + k.shape[0]
+    copy_tail = old % ps != 0 and alloc.refcount[table[-1]] > 1
+    wanted = pages_needed(new, ps) - len(table) + (1 if copy_tail else 0)
+    if wanted > len(alloc.free_pages):  # before any change: all or nothing
+        raise _notebook(self).OutOfPages(wanted, len(alloc.free_pages))
+    fresh = alloc.allocate(wanted)
+    if copy_tail:  # the shared partial page is copied before anyone writes into it
+        copy = fresh.pop()
+        self.pool[copy] = self.pool[table[-1]]
+        alloc.decref([table[-1]])
+        table[-1] = copy
+    table.extend(fresh)
+    for i, t in enumerate(range(old, new)):
+        self.pool[table[t // ps], 0, t % ps] = k[i]
+        self.pool[table[t // ps], 1, t % ps] = v[i]
+    self.block_tables[seq_id] = table
+    self.seq_lens[seq_id] = new
+
+
+def cache_gather(self, seq_id):
+    if seq_id not in self.block_tables:
+        raise KeyError(f"seq_id: no sequence {seq_id!r}")
+    table, ps = self.block_tables[seq_id], self.page_size
+    rows = range(self.seq_lens[seq_id])
+    k = torch.stack([self.pool[table[t // ps], 0, t % ps] for t in rows]) if rows else self.pool.new_zeros(
+        0, self.num_kv_heads, self.head_dim)
+    v = torch.stack([self.pool[table[t // ps], 1, t % ps] for t in rows]) if rows else k.clone()
+    return k, v
+
+
+def cache_fork(self, src, dst):
+    if src not in self.block_tables:
+        raise KeyError(f"src: no sequence {src!r}")
+    if dst in self.block_tables:
+        raise ValueError(f"dst: sequence {dst!r} already exists")
+    self.allocator.incref(self.block_tables[src])
+    self.block_tables[dst] = list(self.block_tables[src])
+    self.seq_lens[dst] = self.seq_lens[src]
+
+
+def cache_free(self, seq_id):
+    if seq_id not in self.block_tables:
+        raise KeyError(f"seq_id: no sequence {seq_id!r}")
+    self.allocator.decref(self.block_tables.pop(seq_id))
+    del self.seq_lens[seq_id]
+
+
+def checked_decode_attention(q, cache, seq_ids, scale=None):
+    if not isinstance(q, torch.Tensor) or not q.dtype.is_floating_point:
+        raise TypeError("q must be a floating torch.Tensor")
+    seq_ids = list(seq_ids)
+    if q.dim() != 3 or q.shape[2] != cache.head_dim or q.shape[1] % cache.num_kv_heads:
+        raise ValueError(f"q has the wrong shape {tuple(q.shape)}")
+    if not seq_ids or len(seq_ids) != q.shape[0] or any(s not in cache.block_tables for s in seq_ids):
+        raise ValueError(f"seq_ids must name {q.shape[0]} sequences of the cache")
+    out = [decode_attention(q[b], *cache_gather(cache, s), scale=scale) for b, s in enumerate(seq_ids)]
+    return torch.stack(out).to(q.dtype)
+
+
+def slot_usage(cache):
+    if not all(hasattr(cache, a) for a in ("block_tables", "seq_lens", "allocator", "page_size")):
+        raise TypeError(f"cache must be a PagedKVCache, got {type(cache).__name__}")
+    ps, filled = cache.page_size, {}
+    for seq_id, table in cache.block_tables.items():
+        for i, page in enumerate(table):
+            filled[page] = max(filled.get(page, 0), min(ps, cache.seq_lens[seq_id] - i * ps))
+    in_use = sum(1 for count in cache.allocator.refcount if count > 0)
+    return sum(filled.values()), in_use * ps
+
+
+SUBSTITUTES = {
+    "pages_needed": checked_pages_needed,
+    "BlockAllocator.allocate": allocator_allocate,
+    "BlockAllocator.incref": allocator_incref,
+    "BlockAllocator.decref": allocator_decref,
+    "append": cache_append,
+    "gather": cache_gather,
+    "fork": cache_fork,
+    "free": cache_free,
+    "paged_decode_attention": checked_decode_attention,
+    "kv_slot_usage": slot_usage,
+}
