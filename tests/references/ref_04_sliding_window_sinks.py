@@ -87,3 +87,133 @@ def streaming_outputs(qs, ks, vs, window, num_sink, rope_mode, base=10000.0):
             q = rope(q, torch.tensor([len(kept) - 1]), base)
         outs.append(attention(q, keys, values))
     return torch.cat(outs, dim=2)
+
+
+# -- References for the exercises' own API (grading.substitute) --------------------
+# While a test of one exercise runs, the other exercises' functions and methods in the
+# student's notebook are these, swapped in method by method (so a SinkKVCache built on
+# the student's RingKVCache, by composition or by inheritance, gets these methods).
+# Written from the docstrings one token at a time: token p of a ring sits in slot
+# p % W, and what is kept is read off kept_positions above.
+
+
+def _require_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _require_chunks(k, v, batch_size, num_kv_heads, head_dim, dtype):
+    """k and v: (B, H_kv, T >= 1, d) tensors of the cache's dtype, of the same shape."""
+    for name, x in (("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or x.dtype != dtype:
+            raise TypeError(f"{name} must be a torch.Tensor of dtype {dtype}, got {getattr(x, 'dtype', type(x))}")
+        if x.dim() != 4 or x.shape[2] < 1 or (x.shape[0], x.shape[1], x.shape[3]) != (batch_size, num_kv_heads, head_dim):
+            raise ValueError(f"{name} must have shape ({batch_size}, {num_kv_heads}, T >= 1, {head_dim}), "
+                             f"got {tuple(x.shape)}")
+    if v.shape != k.shape:
+        raise ValueError(f"v must have the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+
+
+def checked_window_mask(q_len, kv_len, window, num_sink=0):
+    for name, value, minimum in (("q_len", q_len, 1), ("kv_len", kv_len, 1), ("window", window, 1),
+                                 ("num_sink", num_sink, 0)):
+        _require_int(name, value, minimum)
+    if kv_len < q_len:
+        raise ValueError(f"kv_len must be >= q_len, got {kv_len} < {q_len}")
+    return window_mask(q_len, kv_len, window, num_sink)
+
+
+class RingKVCache:
+    """The last ``window`` tokens in preallocated (B, H_kv, W, d) buffers ``k`` and
+    ``v``; token p in slot p % W. Also keeps ``shape``, ``window``, ``dtype`` and
+    ``num_seen``, the state the book's ring shows."""
+
+    def __init__(self, batch_size, num_kv_heads, window, head_dim, dtype=torch.float32):
+        for name, value in (("batch_size", batch_size), ("num_kv_heads", num_kv_heads), ("window", window),
+                            ("head_dim", head_dim)):
+            _require_int(name, value, 1)
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
+        self.shape = (batch_size, num_kv_heads, window, head_dim)
+        self.window = window
+        self.dtype = dtype
+        self.k = torch.zeros(self.shape, dtype=dtype)  # (B, H_kv, W, d)
+        self.v = torch.zeros(self.shape, dtype=dtype)  # (B, H_kv, W, d)
+        self.num_seen = 0
+
+    def append(self, k, v):
+        B, H, W, d = self.shape
+        _require_chunks(k, v, B, H, d, self.dtype)  # before any write: all or nothing
+        for t in range(k.shape[2]):
+            slot = (self.num_seen + t) % W
+            self.k[:, :, slot] = k[:, :, t]
+            self.v[:, :, slot] = v[:, :, t]
+        self.num_seen += k.shape[2]
+
+    def keys_values(self):
+        slots = [p % self.window for p in kept_positions(self.num_seen, self.window)]
+        return self.k[:, :, slots], self.v[:, :, slots]  # (B, H_kv, min(n, W), d) each
+
+    def positions(self):
+        return torch.tensor(kept_positions(self.num_seen, self.window), dtype=torch.int64)
+
+
+class SinkKVCache:
+    """Positions < num_sink in (B, H_kv, S, d) buffers ``sink_k`` and ``sink_v``; the
+    rest in ``recent``, a RingKVCache (this module's) of the last ``window`` of them."""
+
+    def __init__(self, batch_size, num_kv_heads, window, head_dim, num_sink=4, dtype=torch.float32):
+        _require_int("num_sink", num_sink, 0)
+        self.recent = RingKVCache(batch_size, num_kv_heads, window, head_dim, dtype)
+        self.num_sink = num_sink
+        self.sink_k = torch.zeros(batch_size, num_kv_heads, num_sink, head_dim, dtype=dtype)  # (B, H_kv, S, d)
+        self.sink_v = torch.zeros(batch_size, num_kv_heads, num_sink, head_dim, dtype=dtype)  # (B, H_kv, S, d)
+        self.num_seen = 0
+
+    def append(self, k, v):
+        B, H, _, d = self.recent.shape
+        _require_chunks(k, v, B, H, d, self.recent.dtype)
+        for t in range(k.shape[2]):
+            p = self.num_seen + t
+            if p < self.num_sink:
+                self.sink_k[:, :, p] = k[:, :, t]
+                self.sink_v[:, :, p] = v[:, :, t]
+            else:
+                self.recent.append(k[:, :, t:t + 1], v[:, :, t:t + 1])
+        self.num_seen += k.shape[2]
+
+    def keys_values(self):
+        sinks = min(self.num_seen, self.num_sink)
+        k, v = self.recent.keys_values()
+        return torch.cat([self.sink_k[:, :, :sinks], k], dim=2), torch.cat([self.sink_v[:, :, :sinks], v], dim=2)
+
+    def positions(self):
+        sinks = list(range(min(self.num_seen, self.num_sink)))
+        recent = [self.num_sink + p for p in self.recent.positions().tolist()]  # the ring counts from 0
+        return torch.tensor(sinks + recent, dtype=torch.int64)
+
+
+def checked_rope(x, positions, base=10000.0):
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+    if x.dim() < 2 or x.shape[-1] % 2:
+        raise ValueError(f"x must be (..., T, d) with d even, got shape {tuple(x.shape)}")
+    if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.is_complex() \
+            or positions.dtype == torch.bool:
+        raise TypeError(f"positions must be an integer tensor, got {getattr(positions, 'dtype', type(positions))}")
+    if tuple(positions.shape) != (x.shape[-2],):
+        raise ValueError(f"positions must have shape ({x.shape[-2]},), got {tuple(positions.shape)}")
+    if any(p < 0 for p in positions.tolist()):
+        raise ValueError("positions must be >= 0")
+    return rope(x, positions, base).to(x.dtype)
+
+
+_METHODS = ("__init__", "append", "keys_values", "positions")
+SUBSTITUTES = {
+    "sliding_window_mask": checked_window_mask,
+    **{f"RingKVCache.{m}": getattr(RingKVCache, m) for m in _METHODS},
+    **{f"SinkKVCache.{m}": getattr(SinkKVCache, m) for m in _METHODS},
+    "apply_rope": checked_rope,
+}
