@@ -42,6 +42,8 @@ ROWS: list[tuple[tuple[str, ...], str]] = [
     (("grade.one_submission_seconds",), ""),
     (("grade.solutions_full_marks",), "solutions graded as a submission"),
     (("grade.parallel_efficiency",), ""),
+    (("diagnose.catalogue_recall", "diagnose.false_diagnoses"), "catalogue bugs named as themselves; named wrongly"),
+    (("grade.diagnosis_cost",), "an all-wrong Chapter 1 graded with / without diagnosis"),
     (("model.logits_max_abs_err",), "our decode loop vs transformers"),
     (("model.greedy_match_paged",), ""),
     (("model.ppl_ratio_int8",), ""),
