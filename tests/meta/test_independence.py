@@ -30,7 +30,6 @@ CHAPTERS = discover_chapters()
 # and why. Declaring SUBSTITUTES in the reference module takes a chapter off this list.
 NOT_YET = {
     "03_quantized_kv_cache": "3.3 and 3.6 call 3.2-3.4; the references need the exercises' return conventions",
-    "05_flash_attention": "5.5 and 5.6 call online_update, finalize and the causal helpers of 5.2-5.4",
     "07_triton_kernels": "kernels are graded in a child process (grading.isolation), where the swap does not reach; "
                          "7.3's kernel calls 7.4's causal_loop_end and causal_mask",
     "08_model_lab": "no exercise calls another (8.1 and 8.2 are separate)",

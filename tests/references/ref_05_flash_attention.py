@@ -98,3 +98,96 @@ def decode_chunks(seq_len, num_splits):
         chunks.append((start, min(start + size, seq_len)))
         start += size
     return chunks
+
+
+# -- References for the exercises' own API (grading.substitute) --------------------
+# While a test of one exercise runs, the functions of the other exercises in the
+# student's notebook are these: written from the exercises' docstrings, out of place
+# where that is simpler, in the dtype of their inputs (the accumulation dtype, fp32 or
+# fp64, that flash_attention and split_kv_decode hand them), with the errors the
+# docstrings promise. 5.5 calls all four; 5.6 the causal helpers; 5.7 online_update
+# and finalize.
+
+
+def _require_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def online_update(m, l, acc, s, v, exp=torch.exp):
+    """Exercise 5.2 from its docstring: m' = max(m, rowmax(s)), alpha = exp(m - m'),
+    p = exp(s - m'), l' = alpha l + rowsum(p), acc' = alpha acc + p @ v; l, acc and s
+    are overwritten with l', acc' and p. A row whose m' is -inf (nothing visible yet)
+    keeps l = 0 and acc = 0."""
+    if s.dim() != 3:
+        raise ValueError(f"s must be 3-D (P, R, C), got shape {tuple(s.shape)}")
+    P, R, C = s.shape
+    if tuple(m.shape) != (P, R, 1):
+        raise ValueError(f"m must have shape {(P, R, 1)}, got {tuple(m.shape)}")
+    if tuple(l.shape) != (P, R, 1):
+        raise ValueError(f"l must have shape {(P, R, 1)}, got {tuple(l.shape)}")
+    if acc.dim() != 3 or tuple(acc.shape[:2]) != (P, R):
+        raise ValueError(f"acc must have shape (P, R, d) = ({P}, {R}, d), got {tuple(acc.shape)}")
+    if tuple(v.shape) != (P, C, acc.shape[2]):
+        raise ValueError(f"v must have shape {(P, C, acc.shape[2])}, got {tuple(v.shape)}")
+    if exp is not torch.exp and exp is not torch.exp2:
+        raise ValueError(f"exp must be torch.exp or torch.exp2, got {exp!r}")
+    m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (P, R, 1)
+    seen = m_new > -math.inf  # (P, R, 1): rows with at least one visible key so far
+    shift = torch.where(seen, m_new, torch.zeros_like(m_new))  # -inf - (-inf) would be NaN
+    alpha = torch.where(seen, exp(m - shift), torch.zeros_like(m))  # (P, R, 1)
+    p = torch.where(seen, exp(s - shift), torch.zeros_like(s))  # (P, R, C); masked keys give 0
+    new_l = alpha * l + p.sum(dim=-1, keepdim=True)  # (P, R, 1)
+    new_acc = alpha * acc + p @ v  # (P, R, d)
+    l.copy_(new_l)
+    acc.copy_(new_acc)
+    s.copy_(p)
+    return m_new, l, acc
+
+
+def finalize(m, l, acc):
+    """Exercise 5.3 from its docstring: out = acc / l and lse = m + log(l) (natural log);
+    a row with l = 0 gets out = 0 and lse = -inf."""
+    if m.shape != l.shape or m.dim() < 1 or m.shape[-1] != 1:
+        raise ValueError(f"m and l must both be (..., R, 1), got m {tuple(m.shape)} and l {tuple(l.shape)}")
+    if acc.dim() != m.dim() or acc.shape[:-1] != m.shape[:-1]:
+        raise ValueError(f"acc must be (..., R, d) with the rows of m {tuple(m.shape)}, got {tuple(acc.shape)}")
+    seen = l > 0  # (..., R, 1)
+    safe_l = torch.where(seen, l, torch.ones_like(l))
+    out = torch.where(seen, acc / safe_l, torch.zeros_like(acc))  # (..., R, d)
+    lse = torch.where(seen, m + torch.log(safe_l), torch.full_like(m, -math.inf))  # (..., R, 1)
+    return out, lse.squeeze(-1)
+
+
+def causal_key_stop(q_stop, seq_len_q, seq_len_k):
+    """Exercise 5.4: one past the last key that query q_stop - 1 may see, counted key
+    by key with the mask's rule (j <= i + seq_len_k - seq_len_q)."""
+    _require_int("seq_len_q", seq_len_q, 0)
+    _require_int("seq_len_k", seq_len_k, 0)
+    _require_int("q_stop", q_stop, 1)
+    if q_stop > seq_len_q:
+        raise ValueError(f"q_stop must be <= seq_len_q = {seq_len_q}, got {q_stop}")
+    last_query = q_stop - 1  # sees the most keys of its block
+    return sum(1 for j in range(seq_len_k) if j <= last_query + seq_len_k - seq_len_q)
+
+
+def causal_block_mask(q_start, q_stop, k_start, k_stop, seq_len_q, seq_len_k):
+    """Exercise 5.4: rows q_start..q_stop-1 and columns k_start..k_stop-1 of the full
+    causal mask, True where key j is hidden from query i (j > i + seq_len_k - seq_len_q)."""
+    if not 0 <= q_start <= q_stop <= seq_len_q:
+        raise ValueError(f"q_stop: need 0 <= q_start <= q_stop <= seq_len_q, got {q_start}, {q_stop}, {seq_len_q}")
+    if not 0 <= k_start <= k_stop <= seq_len_k:
+        raise ValueError(f"k_stop: need 0 <= k_start <= k_stop <= seq_len_k, got {k_start}, {k_stop}, {seq_len_k}")
+    i = torch.arange(q_start, q_stop).reshape(-1, 1)  # (R, 1) query positions
+    j = torch.arange(k_start, k_stop).reshape(1, -1)  # (1, C) key positions
+    return j > i + (seq_len_k - seq_len_q)  # (R, C)
+
+
+SUBSTITUTES = {
+    "online_update": online_update,
+    "finalize": finalize,
+    "causal_key_stop": causal_key_stop,
+    "causal_block_mask": causal_block_mask,
+}
