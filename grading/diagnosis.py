@@ -33,12 +33,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.layout import CHAPTERS, ROOT, cell_source, discover_chapters
+from grading.layout import CHAPTERS, DIAGNOSIS, ROOT, cell_source, discover_chapters
 from grading.regions import exercises_in
 
 ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 # Parts of a message that say where, not what: the notebook cell and line (a student's
-# notebook has its own), a port, a timeout's milliseconds. Dropped before comparing.
+# notebook has its own) and a port. Dropped before comparing.
 WHERE = [
     (re.compile(r"\s*\(at [^()]*#cell-\d+ line \d+: `[^`]*`\)"), ""),
     (re.compile(r"[^\s()]*#cell-\d+(?:,? line \d+)?"), "<cell>"),
@@ -107,8 +107,6 @@ def same(student: dict, bug: dict) -> bool:
 
 # -- the stored table -----------------------------------------------------------------
 def table_path(stem: str) -> Path:
-    from grading.layout import DIAGNOSIS
-
     return DIAGNOSIS / f"{stem}.json"
 
 
@@ -185,7 +183,7 @@ def diagnose_all(stem: str, runs: dict[str, dict[str, dict | None]], table: dict
 
 
 # -- where the book teaches it ---------------------------------------------------------
-DEFINED = re.compile(r"^\s*(?:def|class)\s+(\w+)|^\s{4}def\s+(\w+)", re.M)
+DEFINED = re.compile(r"^[ \t]*(?:def|class)\s+(\w+)", re.M)
 
 
 def _names_of(stem: str, exercise: str) -> list[str]:
@@ -197,7 +195,7 @@ def _names_of(stem: str, exercise: str) -> list[str]:
     for cell in nb.cells:
         source = cell_source(cell)
         if cell.cell_type == "code" and exercise in exercises_in(source):
-            names += [a or b for a, b in DEFINED.findall(source) if not (a or b).startswith("_")]
+            names += [name for name in DEFINED.findall(source) if not name.startswith("_")]
     return names
 
 

@@ -16,6 +16,7 @@ A test asks for the fixture ``nb``: the chapter's notebook loaded as a module.
 
 from __future__ import annotations
 
+import json
 import os
 import traceback
 from collections import defaultdict
@@ -203,7 +204,7 @@ class GradingState:
                 totals["recall"] = totals["recalled"] / totals["bugs"] if totals["bugs"] else 1.0
                 out = ROOT / "_build" / "diagnosis"
                 out.mkdir(parents=True, exist_ok=True)
-                (out / "proof.json").write_text(__import__("json").dumps(
+                (out / "proof.json").write_text(json.dumps(
                     {"totals": totals, "chapters": self._proof}, indent=1, sort_keys=True))
         return self._proof
 

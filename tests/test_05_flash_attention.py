@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from grading.compare import GradingFailure, assert_close, assert_equal, assert_raises, call_text
+from grading.compare import GradingFailure, assert_close, assert_equal, assert_raises, call_text, derived_atol
 from tests.references import ref_05_flash_attention as ref
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
@@ -92,8 +92,7 @@ def tolerance(dtype, expected, correct):
     from ``correct()``, a correct fp32-accumulating result on the same inputs."""
     if dtype not in LOW_PRECISION:
         return OUT_ATOL[dtype], OUT_RTOL[dtype]
-    error = (correct().double() - expected).abs().max().item()
-    return LOW_PRECISION_FACTOR * error + torch.finfo(dtype).eps / 16, 0.0
+    return derived_atol(dtype, expected, correct, LOW_PRECISION_FACTOR), 0.0
 
 
 def assert_attention_close(got, expected, q, k, v, causal, call, dtype, what="the result"):

@@ -34,7 +34,7 @@ import torch
 
 from gpucompile import KernelCompileError, compile_kernel, jitted_functions
 from gpucompile.chapter07 import ARCHS, GRADED_KERNELS, case_ids, graded_request
-from grading.compare import GradingFailure, assert_close, assert_raises, call_text
+from grading.compare import GradingFailure, assert_close, assert_raises, call_text, derived_atol
 from grading.isolation import run_checks, shared_batch
 from grading.triton_bounds import bounds_checked
 from tests.references import ref_07_triton_kernels as ref
@@ -97,8 +97,7 @@ def _compare(got, expected, call, dtype, *, correct, what="the result"):
     if isinstance(got, torch.Tensor):
         got = got.cpu()
     if dtype in LOW_PRECISION:
-        error = (correct().double() - expected).abs().max().item() if expected.numel() else 0.0
-        atol = LOW_PRECISION_FACTOR * error + torch.finfo(dtype).eps / 16
+        atol = derived_atol(dtype, expected, correct, LOW_PRECISION_FACTOR)
     else:
         atol = ATOL[dtype] * (max(1.0, expected.abs().max().item()) if expected.numel() else 1.0)
     assert_close(got, expected, call, atol=atol, dtype=dtype, what=what)
