@@ -42,7 +42,7 @@ from grading.layout import EXERCISE_LINE, EXERCISES, GRADES, ROOT, SOLUTIONS, ce
 from grading.matching import (Chapter, Submission, list_students, match_folder,
                               submission_digest, unpack_zip)
 from grading.loader import MAX_CAPTURED_CHARS
-from grading.runner import OUTPUT_CAP, ChildResult, kill_all, run_child
+from grading.runner import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, OUTPUT_CAP, ChildResult, kill_all, run_child
 
 MAX_NOTEBOOK_BYTES = 50 * 2**20
 # The modules a grading child runs (others in grading/ may change freely while we grade).
@@ -367,10 +367,11 @@ def parse_args(argv):
                    help="output folder (default: _build/grades)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="chapters graded at the same time, each in its own process (default: all cores)")
-    p.add_argument("--timeout", type=float, default=300,
-                   help="wall-clock seconds per student and chapter (default 300)")
-    p.add_argument("--memory-mb", type=int, default=4096,
-                   help="memory limit per student and chapter in MB (RLIMIT_DATA per process; 0: none; default 4096)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help=f"wall-clock seconds per student and chapter (default {DEFAULT_TIMEOUT_S})")
+    p.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB,
+                   help="memory limit per student and chapter in MB (RLIMIT_DATA per process; 0: none; "
+                        f"default {DEFAULT_MEMORY_MB})")
     p.add_argument("--threads", type=int, default=1, help="torch/OpenMP/BLAS threads per child (default 1)")
     p.add_argument("--cuda-devices", default="",
                    help="GPUs the children may see, shared round-robin, e.g. '0,1' (default: none, CPU only)")

@@ -39,13 +39,12 @@ from pathlib import Path
 
 from grading import gradebook as gb
 from grading.layout import EXERCISES, GRADESCOPE, REFERENCES, ROOT, TESTS, discover_chapters
+from grading.runner import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
 
 STUDENT = "submission"  # the one student of a Gradescope run, as the gradebook rows name them
 CONFIG = "gradescope.json"  # in the zip: the chapters it grades and the limits
 HIDDEN_DIR = "hidden_tests"  # in the zip: the --extra-tests files
 SCRIPTS = ROOT / "tools" / "gradescope"  # setup.sh and run_autograder
-DEFAULT_TIMEOUT_S = 300  # per chapter, as grading.batch
-DEFAULT_MEMORY_MB = 4096  # address space per grading process (RLIMIT_AS), as grading.batch
 # What the top-level files of the zip are, beside the two scripts (all from the repository).
 TOP_FILES = ("requirements.txt", "requirements-nodeps.txt", "pytest.ini", "pyproject.toml")
 PACKAGES = ("grading", "modellab")
@@ -236,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--chapters", default="", help="grade only these chapters, e.g. '1' or '01_kv_memory,3'")
     b.add_argument("--extra-tests", type=Path, default=None, help="hidden tests test_NN_*.py to ship in the zip")
     b.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per chapter")
-    b.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="address space per grading process")
+    b.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="memory (RLIMIT_DATA) per grading process, in MB")
     r = sub.add_parser("run", help="grade ROOT/submission into ROOT/results/results.json")
     r.add_argument("--root", type=Path, default=Path(os.environ.get("AUTOGRADER_ROOT", "/autograder")))
     options = p.parse_args(sys.argv[1:] if argv is None else argv)

@@ -43,6 +43,7 @@ import warnings
 from pathlib import Path
 
 from grading.layout import Chapter, cell_source, marker
+from grading.runner import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
 from grading.regions import find_regions
 
 SCHEMA_VERSION = 3  # nbgrader's cell metadata schema (nbgrader 0.6 to 0.9)
@@ -52,8 +53,6 @@ SOLUTION_SUFFIX = "-solution"
 AUTOGRADER_SUFFIX = "-autograder"
 AUTOGRADER_TAGS = ["remove-cell", "skip-grading"]
 STUDENT = "nbgrader"  # how the gradebook rows name the one student of an nbgrader run
-TIMEOUT_S = 300  # per chapter, as grading.batch
-MEMORY_MB = 4096  # per grading process, as grading.batch
 COLLECT_TIMEOUT_S = 600  # collecting every chapter's graders (imports torch and the tests)
 
 
@@ -244,7 +243,7 @@ def grade_notebook(stem: str, folder: Path) -> tuple[list, bool]:
         return _graded[key], False
     chapter = chapters[0]
     with tempfile.TemporaryDirectory(prefix="nbgrader-grade-") as out:
-        args = argparse.Namespace(timeout=TIMEOUT_S, memory_mb=MEMORY_MB, threads=1, cuda_devices="", workers=1,
+        args = argparse.Namespace(timeout=DEFAULT_TIMEOUT_S, memory_mb=DEFAULT_MEMORY_MB, threads=1, cuda_devices="", workers=1,
                                   out=Path(out).resolve(), submissions=folder.resolve(), extra_tests=None)
         grader = batch.Grader(args, chapters, {})
         grader.baseline = batch.fingerprint(chapters, [])

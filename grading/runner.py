@@ -38,6 +38,10 @@ RESULTS_CAP = 16 * 2**20  # bytes of outcome lines read from a child (a flood is
 FILE_SIZE_CAP = 512 * 2**20  # no single file written by a child may exceed this
 MAX_PROCESSES = 64  # processes and threads of one child (RLIMIT_NPROC): a fork bomb stops here
 MAX_OPEN_FILES = 1024
+# What one student's chapter may take by default, for every front door (grading.batch's
+# --timeout and --memory-mb, the Gradescope autograder, nbgrader's autograder cells).
+DEFAULT_TIMEOUT_S = 300  # wall-clock seconds
+DEFAULT_MEMORY_MB = 4096  # RLIMIT_DATA per grading process (grading.child)
 SIGNAL_EXIT_BASE = 128
 
 
