@@ -33,8 +33,6 @@ NOT_YET = {
     "07_triton_kernels": "kernels are graded in a child process (grading.isolation), where the swap does not reach; "
                          "7.3's kernel calls 7.4's causal_loop_end and causal_mask",
     "08_model_lab": "no exercise calls another (8.1 and 8.2 are separate)",
-    "10_context_parallel": "10.2 calls merge_attention (10.1), 10.6 ring_step and shard_positions; 10.6 runs the "
-                           "notebook in gloo processes (distlab run_on_ranks), where the swap does not reach",
 }
 
 
