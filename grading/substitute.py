@@ -22,6 +22,9 @@ reference's:
   another exercise fails on the solution under ``pytest --prove``, not silently on a
   student's notebook.
 
+- A reference may also be named as ``"package.module:function"``, imported when the
+  swap is applied: Chapter 7's ``@triton.jit`` references live in a module that imports
+  Triton, which must not happen before the notebook has chosen ``TRITON_INTERPRET``.
 - A reference that itself calls other exercises' names is declared as
   ``calling(reference, "name", ...)``: it is a copy of the reference whose globals
   ``name`` are the notebook's, as they stand after the swap: the student's where the
@@ -87,6 +90,17 @@ def calling(reference, *names: str) -> Calling:
     return Calling(reference, names)
 
 
+def resolve(reference):
+    """The reference itself, or the object a ``"package.module:function"`` string names."""
+    if isinstance(reference, str):
+        module, _, qualname = reference.partition(":")
+        value = importlib.import_module(module)
+        for part in qualname.split("."):
+            value = getattr(value, part)
+        return value
+    return reference
+
+
 def _is_triton_function(value) -> bool:
     return type(value).__name__ in ("JITFunction", "InterpretedFunction") and hasattr(value, "fn")
 
@@ -95,6 +109,7 @@ def rebound(reference, overrides: dict):
     """A copy of the function (or ``@triton.jit`` function) ``reference`` whose globals are
     its module's with ``overrides`` on top; the code object, and so the source file and
     lines Triton reads, are the reference's own."""
+    reference = resolve(reference)
     fn = reference.fn if _is_triton_function(reference) else reference
     scope = {**fn.__globals__, **overrides}
     clone = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
@@ -230,7 +245,7 @@ def graded_alone(namespace: dict, stem: str, exercise: str | None):
             cls_name, _, method = name.rpartition(".")
             if cls_name and cls_name in references:  # the whole class is swapped
                 if cls_name not in classes_done and cls_name in namespace:
-                    swaps.set(namespace, cls_name, references[cls_name])
+                    swaps.set(namespace, cls_name, resolve(references[cls_name]))
                     classes_done.add(cls_name)
                 continue
             replacement = references.get(name) or _stand_in(name, owner, exercise, stem)
@@ -240,6 +255,7 @@ def graded_alone(namespace: dict, stem: str, exercise: str | None):
                                          "with calling(); only functions can be declared so")
                 late.append(name)
                 continue
+            replacement = resolve(replacement)
             if cls_name:
                 cls = namespace.get(cls_name)
                 if isinstance(cls, type):
