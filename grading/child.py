@@ -90,7 +90,7 @@ class Collector:
         path = f"hidden/{Path(str(item.path)).name}" if hidden else str(Path(str(item.path)).resolve())
         return {"nodeid": self.stable(item.nodeid), "path": path, "function": function,
                 "exercise": _exercise(item), "points": points.args[0] if points else 1,
-                "hidden": hidden, "skip": _skipped_here(item)}
+                "core": item.get_closest_marker("core") is not None, "hidden": hidden, "skip": _skipped_here(item)}
 
     def pytest_collection_finish(self, session):
         self.emit({"kind": "plan", "tests": [self._test(i) for i in session.items],

@@ -90,7 +90,8 @@ def group_plan(tests: list[dict]) -> dict[str, dict[tuple[str, str], dict]]:
     groups: dict[str, dict] = defaultdict(dict)
     for t in tests:
         label = (t.get("exercise") or "other") + (" hidden" if t.get("hidden") else "")
-        fn = groups[label].setdefault((t["path"], t["function"]), {"points": t["points"], "nodeids": [], "skip": []})
+        fn = groups[label].setdefault((t["path"], t["function"]),
+                                      {"points": t["points"], "core": bool(t.get("core")), "nodeids": [], "skip": []})
         fn["nodeids"].append(t["nodeid"])
         fn["skip"].append(bool(t.get("skip")))
     return dict(sorted(groups.items(), key=lambda kv: exercise_order(kv[0])))
@@ -98,6 +99,11 @@ def group_plan(tests: list[dict]) -> dict[str, dict[tuple[str, str], dict]]:
 
 def max_points(functions: dict) -> float:
     return sum(f["points"] for f in functions.values() if not all(f["skip"]))
+
+
+def core_points(functions: dict) -> float:
+    """The part of :func:`max_points` that the exercise's core tests carry, all or nothing."""
+    return sum(f["points"] for f in functions.values() if f.get("core") and not all(f["skip"]))
 
 
 def zero_rows(student: str, chapter: str, tests: list[dict], status: str, message: str) -> list[Row]:
@@ -137,7 +143,7 @@ def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[st
                     if function not in failed_names:
                         failed_names.append(function)
             if graded:
-                points += earned(fn["points"], passed, graded)
+                points += earned(fn["points"], passed, graded, fn.get("core", False))
                 possible += fn["points"]
                 passed_any = passed_any or passed > 0
         hidden = label.endswith(" hidden")

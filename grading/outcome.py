@@ -107,7 +107,13 @@ def clip(text: str, limit: int = MESSAGE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def earned(points: float, passed: int, graded: int) -> float:
-    """Partial credit: a test function's points, shared equally by its graded cases
-    (a function whose every case was skipped earns and costs nothing)."""
-    return points * passed / graded if graded else 0.0
+def earned(points: float, passed: int, graded: int, core: bool = False) -> float:
+    """What a test function earns: its points shared equally by its graded cases
+    (partial credit), or, for a ``core`` function (``@pytest.mark.core``: the cases
+    an exercise exists to teach), all of its points when every graded case passed and
+    none otherwise. A function whose every case was skipped earns and costs nothing."""
+    if not graded:
+        return 0.0
+    if core:
+        return float(points) if passed == graded else 0.0
+    return points * passed / graded
