@@ -32,7 +32,6 @@ CHAPTERS = discover_chapters()
 # Chapters whose exercises call each other but whose references are not written yet,
 # and why. Declaring SUBSTITUTES in the reference module takes a chapter off this list.
 NOT_YET = {
-    "03_quantized_kv_cache": "3.3 and 3.6 call 3.2-3.4; the references need the exercises' return conventions",
     "07_triton_kernels": "kernels are graded in a child process (grading.isolation), where the swap does not reach; "
                          "7.3's kernel calls 7.4's causal_loop_end and causal_mask",
     "10_context_parallel": "10.2 calls merge_attention (10.1), 10.6 ring_step and shard_positions; 10.6 runs the "
