@@ -4,6 +4,16 @@ from dataclasses import replace
 
 from grading.catalogue import Bug
 
+# Where a diagnosis sends the student: the title of the section that teaches each exercise.
+SECTIONS = {
+    '3.1': 'Symmetric INT8, one scale per token',
+    '3.2': 'Asymmetric quantization in groups',
+    '3.3': 'Per token or per channel',
+    '3.4': 'Asymmetric quantization in groups',
+    '3.5': 'Honest memory accounting',
+    '3.6': 'A KIVI-style cache',
+}
+
 BUGS = [
     # 3.1 symmetric INT8
     Bug("scale_from_max_not_absmax", "3.1", "takes the scale from max(x), so negative-dominated rows overflow",
