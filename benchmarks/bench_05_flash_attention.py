@@ -28,7 +28,7 @@ for memory.
   (report: the graded loop is plain PyTorch and its goal is the row above; this row shows
   what compiling it buys or costs, with no target until it has been measured on more
   than one CPU). Its first call traces and compiles, in a fresh inductor cache so that it
-  is a whole compilation every run (minutes); that call is not timed here;
+  is a whole compilation every run (minutes); it is kept out of the paired rounds;
 - ``flash.compiled_over_eager_n4096``: compiled time / eager time of the same loop, in
   the same rounds (report; below 1: compiling helps);
 - ``flash.compile_first_call_s_n4096``: the wall time of that first, compiling call (report).
