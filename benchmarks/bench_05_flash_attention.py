@@ -20,7 +20,18 @@ for memory.
   (``num_splits=1``) / time split into ``DECODE_SPLITS`` chunks (report). On a GPU the
   split is what puts a long cache on many SMs when B x H_kv = 8 would fill only 8 of
   them; on a CPU, PyTorch already spreads one long row over every thread, so this
-  records what splitting costs or gains here, not what it does on a GPU.
+  records what splitting costs or gains here, not what it does on a GPU;
+- ``flash.compiled_cpu_vs_sdpa_n4096``: the chapter's "going further": the same
+  ``flash_attention`` of the solutions compiled by ``torch.compile(..., dynamic=False)``
+  (inductor, which writes and builds C++ loops on a CPU and calls the BLAS for the
+  products), time / SDPA time, non-causal, the inputs of ``flash.cpu_vs_sdpa_n4096``
+  (report: the graded loop is plain PyTorch and its goal is the row above; this row shows
+  what compiling it buys or costs, with no target until it has been measured on more
+  than one CPU). Its first call traces and compiles, in a fresh inductor cache so that it
+  is a whole compilation every run (minutes); it is kept out of the paired rounds;
+- ``flash.compiled_over_eager_n4096``: compiled time / eager time of the same loop, in
+  the same rounds (report; below 1: compiling helps);
+- ``flash.compile_first_call_s_n4096``: the wall time of that first, compiling call (report).
 
 Both sides run in this process with the same inputs and threads, called in turn, round
 after round; a ratio is the median over rounds of the two times *within* a round
@@ -33,6 +44,8 @@ the ratio does not depend on H, since both sides scale with it.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +70,33 @@ def peak_bytes(sol, fn, q, k, v) -> int:
     return meter.peak
 
 
+def compile_flash(sol, q, k, v):
+    """``torch.compile(sol.flash_attention, dynamic=False)`` and its first call on (q, k, v),
+    compiled from scratch: in a fresh, temporary inductor cache, so that the time of the
+    first call is a whole compilation on every run, not a load of what an earlier run left
+    on disk.
+
+    Returns (compiled function, output of the first call, seconds of that call, a few
+    words on what inductor did), or (None, None, 0.0, why) when it cannot compile here:
+    the going-further row then records the error instead of failing the module."""
+    from torch._inductor.utils import fresh_cache  # imported here: only this row needs inductor
+
+    counters = torch._dynamo.utils.counters
+    breaks_before = sum(counters["graph_break"].values())
+    compiled = torch.compile(sol.flash_attention, dynamic=False)
+    try:
+        with fresh_cache():
+            start = time.perf_counter()
+            out = compiled(q, k, v)
+            seconds = time.perf_counter() - start
+            compiled(q, k, v)  # everything it needs is loaded before the cache goes away
+    except Exception as error:  # inductor's failures are of many types; record which
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return None, None, 0.0, f"inductor could not compile flash_attention: {type(error).__name__}: {first_line}"
+    breaks = sum(counters["graph_break"].values()) - breaks_before
+    return compiled, out, seconds, f"compiled from scratch in a fresh inductor cache; {breaks} graph break(s)"
+
+
 def run() -> list[Record]:
     sol = load_solutions("05_flash_attention")
     torch.manual_seed(0)
@@ -66,18 +106,29 @@ def run() -> list[Record]:
         err = (sol.flash_attention(q, k, v, causal=causal) - F.scaled_dot_product_attention(q, k, v, is_causal=causal)).abs().max()
         assert err < 1e-4, f"flash_attention differs from SDPA by {err} (causal={causal})"
 
+    # The going-further peer, compiled before any timing so that its first call is not timed.
+    sdpa_out = F.scaled_dot_product_attention(q, k, v)
+    compiled, compiled_out, compile_s, compile_how = compile_flash(sol, q, k, v)
+    if compiled is not None:
+        compiled_err = (compiled_out - sdpa_out).abs().max().item()
+        assert compiled_err < 1e-4, f"the compiled flash_attention differs from SDPA by {compiled_err}"
+    del sdpa_out, compiled_out
+
     attn_flops = 4 * B * H * N * N * D  # QK^T and PV, 2 N^2 d each per head
     n = round((attn_flops / 2) ** (1 / 3) / 64) * 64  # the square matmul of about the same work
     a, b = torch.randn(n, n), torch.randn(n, n)
     matmul_flops = 2 * n**3
 
-    sdpa, flash, sdpa_causal, flash_causal, matmul = paired_times([
+    calls = [
         lambda: F.scaled_dot_product_attention(q, k, v),
         lambda: sol.flash_attention(q, k, v),
         lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         lambda: sol.flash_attention(q, k, v, causal=True),
         lambda: torch.matmul(a, b),
-    ], rounds=ROUNDS)
+    ]
+    if compiled is not None:  # in the same rounds, so that its ratios pair with the rows above
+        calls.append(lambda: compiled(q, k, v))
+    sdpa, flash, sdpa_causal, flash_causal, matmul, *compiled_times = paired_times(calls, rounds=ROUNDS)
     del a, b
     block_q, block_k = sol.flash_block_sizes(N, N, 1)
 
@@ -106,6 +157,24 @@ def run() -> list[Record]:
         return (f"{shape}{what}: median of {ROUNDS} paired rounds; best {min(ours) * 1e3:.0f} ms vs "
                 f"{peer_name} {min(peer) * 1e3:.0f} ms (ratio of bests {min(ours) / min(peer):.3f})")
 
+    if compiled is not None:
+        (times,) = compiled_times
+        compiled_records = [
+            Record("flash.compiled_cpu_vs_sdpa_n4096", median_ratio(times, sdpa), "x",
+                   note=vs(times, sdpa, f", {tiles}, torch.compile(flash_attention, dynamic=False)", "SDPA")
+                   + f"; first call {compile_s:.0f} s ({compile_how}), not timed; max |compiled - SDPA| "
+                     f"{compiled_err:.1e}; goal report: the graded loop is plain PyTorch (the row above), "
+                     f"this shows what compiling it buys or costs"),
+            Record("flash.compiled_over_eager_n4096", median_ratio(times, flash), "x",
+                   note=vs(times, flash, f", {tiles}, compiled over eager flash_attention", "eager")),
+            Record("flash.compile_first_call_s_n4096", compile_s, "s",
+                   note=f"{shape}: wall time of the first call of torch.compile(flash_attention, "
+                        f"dynamic=False), {compile_how}"),
+        ]
+    else:
+        compiled_records = [Record("flash.compiled_cpu_vs_sdpa_n4096", float("nan"), "x",
+                                   note=f"{shape}: {compile_how}")]
+
     return [
         Record("flash.cpu_vs_sdpa_n4096", median_ratio(flash, sdpa), "x", "<= 1.5",
                note=vs(flash, sdpa, f", {tiles}", "SDPA")),
@@ -127,4 +196,4 @@ def run() -> list[Record]:
                note=f"decode B={DECODE_B} H={DECODE_H} H_kv={DECODE_H_KV} N={DECODE_N} d={DECODE_D} fp32, "
                     f"{torch.get_num_threads()} threads: split_kv_decode num_splits=1 over num_splits={DECODE_SPLITS}, "
                     f"median of {ROUNDS} paired rounds; best {min(unsplit) * 1e3:.0f} ms vs {min(split) * 1e3:.0f} ms"),
-    ]
+    ] + compiled_records

@@ -13,7 +13,16 @@ chunk of 64, and inductor fuses each token's decay, read, correction and write i
 few loops over the (d_k, d_v) state. Unrolling fewer tokens was slower here (one token
 per compiled call: about 10 times slower than 64). ``delta.chunk_speedup_vs_compiled_t4096_bh4``
 is chunkwise time / compiled-recurrence time; compiling costs a minute or two the
-first time and is cached by inductor afterwards (not timed)."""
+first time and is cached by inductor afterwards (not timed).
+
+Its goal (>= 2, issue 19) is missed on one CPU core, and the arithmetic says why:
+per token and head the recurrence does 4 d^2 multiply-adds (decay, read, write, output
+over the d_k x d_v state) and the chunkwise form 4 C d + 3 d^2 (four C x C products of
+length d, three products with the state), 1.75 times more at C = d = 64. Beating the
+compiled loop by 2 needs the chunkwise code to run at 3.5 times the loop's rate of
+multiply-adds; on the 2-core EPYC of the committed runs that is above what one large
+torch.matmul reaches on one core (the flash records' note gives its GFLOP/s). Chapter 6
+("Against a compiled loop, on one core") says so with the measured ratio."""
 
 from __future__ import annotations
 
@@ -112,7 +121,8 @@ def run() -> list[Record]:
                                f"{min(t_chunk) * 1e3:.1f} ms, eager recurrence {min(t_rec) * 1e3:.1f} ms; "
                                f"compiled / eager recurrence {median_ratio(t_comp, t_rec):.3f}; first call "
                                f"(compiling, or loading inductor's cache) {compile_s:.0f} s; max |compiled - eager| "
-                               f"{comp_err:.1e}; B=1 H=4 d={D} C={CHUNK} fp32"))
+                               f"{comp_err:.1e}; B=1 H=4 d={D} C={CHUNK} fp32; multiply-adds per token: "
+                               f"chunkwise {4 * CHUNK * D + 3 * D * D}, recurrence {4 * D * D}"))
     records.append(Record("delta.chunk_max_abs_err", max_err, "abs", "<= 1e-4",
                           note="max |chunkwise - recurrent| over the outputs of both runs, fp32"))
     return records

@@ -32,6 +32,8 @@ ROWS: list[tuple[tuple[str, ...], str]] = [
     (("flash.causal_cpu_vs_sdpa_n4096",), ""),
     (("flash.gflops_fraction_of_matmul", "flash.sdpa_gflops_fraction_of_matmul"),
      "GFLOP/s of ours / SDPA over one square matmul's"),
+    (("flash.compiled_cpu_vs_sdpa_n4096", "flash.compiled_over_eager_n4096", "flash.compile_first_call_s_n4096"),
+     "torch.compile'd blocked loop / SDPA; / the same loop eager; its first, compiling call"),
     (("flash.peak_mem_naive_over_flash_n8192",), ""),
     (("flash.causal_speedup_over_full",), ""),
     (("delta.chunk_speedup_t4096_bh1", "delta.chunk_speedup_t4096_bh4"), "chunkwise / Python loop"),

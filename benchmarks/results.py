@@ -19,9 +19,7 @@ from pathlib import Path
 
 import torch
 
-from grading.layout import ROOT
-
-RESULTS_DIR = ROOT / "benchmarks" / "results"
+from grading.layout import BENCH_RESULTS as RESULTS_DIR
 
 
 def _cpuinfo() -> dict[str, str]:

@@ -240,7 +240,7 @@ class Grader:
             return gb.zero_rows(s, stem, tests, gb.CRASHED, gb.crash_text(r.returncode))
         errors = r.of("collect_error")
         if errors:
-            why = "the graders could not run: " + gb.one_line(errors[0]["message"])
+            why = "the graders could not run: " + (errors[0].get("summary") or gb.one_line(errors[0]["message"]))
             return gb.zero_rows(s, stem, tests, gb.REVIEW, why)
         outcomes = {t["nodeid"]: t for t in r.of("test")}
         load = (r.of("load") or [{"problems": []}])[0]
@@ -249,7 +249,7 @@ class Grader:
             return gb.zero_rows(s, stem, tests, gb.REVIEW, gb.one_line(unreadable[0]["message"]))
         memory_note = ""
         for p in load["problems"]:
-            if p["kind"] == "error" and gb.MEMORY_WORDS.search(p["message"]):
+            if p["kind"] == "error" and p.get("memory"):
                 memory_note = f"cell {p['cell']} ran out of memory (limit {limit})"
                 break
         # Advice only (no points depend on it), kept to exercises that failed and cut to size.
@@ -259,7 +259,7 @@ class Grader:
         if memory_note:
             rows.append(gb.Row(s, stem, "", 0, 0, gb.MEMORY, memory_note))
         for p in load["problems"]:
-            if p["kind"] == "error" and memory_note and gb.MEMORY_WORDS.search(p["message"]):
+            if p["kind"] == "error" and memory_note and p.get("memory"):
                 continue
             if p["kind"] == "skipped":
                 text = f"cell {p['cell']}: {p['message']} (not run by the grader)"

@@ -67,14 +67,29 @@ class Bug:
         return nb
 
 
-def load_catalogue(stem: str) -> list[Bug]:
-    """``BUGS`` from ``tests/catalogue/<stem>.py`` (empty if the file is absent)."""
+def _module(stem: str):
     path = CATALOGUE_DIR / f"{stem}.py"
     if not path.exists():
-        return []
+        return None
     spec = importlib.util.spec_from_file_location(f"catalogue_{stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def load_sections(stem: str) -> dict[str, str]:
+    """``SECTIONS`` from ``tests/catalogue/<stem>.py``: exercise -> the title of the
+    chapter's ``##`` section that teaches it, where a diagnosis sends the student."""
+    module = _module(stem)
+    return dict(getattr(module, "SECTIONS", {})) if module else {}
+
+
+def load_catalogue(stem: str) -> list[Bug]:
+    """``BUGS`` from ``tests/catalogue/<stem>.py`` (empty if the file is absent)."""
+    module = _module(stem)
+    if module is None:
+        return []
+    path = CATALOGUE_DIR / f"{stem}.py"
     bugs = list(module.BUGS)
     names = [b.name for b in bugs]
     if len(set(names)) != len(names):

@@ -61,6 +61,7 @@ class Collector:
     def __init__(self, out, hidden_dirs: list[Path], wire=None, chapter: str = ""):
         self.out = out
         self.chapter = chapter
+        self.collect_summaries: dict[str, str] = {}  # collector nodeid -> its exception, summarised
         self.hidden_dirs = [str(p.resolve()) for p in hidden_dirs if str(p)]
         # Hidden tests run from a temporary copy; their ids must not name it, so that the
         # plan (one child) and the outcomes (another) agree: "hidden/test_01_x.py::test_y".
@@ -90,7 +91,7 @@ class Collector:
         path = f"hidden/{Path(str(item.path)).name}" if hidden else str(Path(str(item.path)).resolve())
         return {"nodeid": self.stable(item.nodeid), "path": path, "function": function,
                 "exercise": _exercise(item), "points": points.args[0] if points else 1,
-                "hidden": hidden, "skip": _skipped_here(item)}
+                "core": item.get_closest_marker("core") is not None, "hidden": hidden, "skip": _skipped_here(item)}
 
     def pytest_collection_finish(self, session):
         self.emit({"kind": "plan", "tests": [self._test(i) for i in session.items],
@@ -112,12 +113,31 @@ class Collector:
 
     def pytest_collectreport(self, report):
         if report.failed:
-            self.emit({"kind": "collect_error", "message": str(report.longrepr)[-4000:]})
+            self.emit({"kind": "collect_error", "message": str(report.longrepr)[-4000:],
+                       "summary": self.collect_summaries.pop(report.nodeid, "")})
+
+    def pytest_exception_interact(self, node, call, report):
+        """A collection error's exception, summarised while it is at hand (the collect
+        report that follows carries only pytest's text)."""
+        from grading.outcome import summary
+
+        if isinstance(report, pytest.CollectReport) and call.excinfo is not None:
+            self.collect_summaries[report.nodeid] = summary(call.excinfo.value)
 
     def pytest_runtest_makereport(self, item, call):
-        if call.excinfo is not None and call.when == "call":
-            self.outcomes.setdefault(self.stable(item.nodeid), {"outcome": "passed", "message": "", "exc_type": ""})[
-                "exc_type"] = call.excinfo.typename
+        if call.excinfo is None:
+            return
+        entry = self.outcomes.setdefault(self.stable(item.nodeid), {"outcome": "passed", "message": "", "exc_type": ""})
+        if call.when == "call":
+            entry["exc_type"] = call.excinfo.typename
+        if "fallback" not in entry:
+            # From the exception itself, for a failure the grading plugin did not summarise
+            # (a fixture's or a hidden test's): the parent never reads pytest's text back.
+            from grading.outcome import classify, summary
+            from grading.plugin import raised_where
+
+            exc = call.excinfo.value
+            entry["fallback"] = {"summary": summary(exc, raised_where(exc)), "status": classify(exc).value}
 
     def pytest_runtest_logreport(self, report):
         nodeid = self.stable(report.nodeid)
@@ -130,11 +150,12 @@ class Collector:
             entry["when"] = report.when
             # Decided by the plugin from the exception; a fixture or setup error is an error.
             properties = dict(report.user_properties)
-            entry["status"] = properties.get("status", "error")
-            if "summary" in properties:
-                entry["summary"] = properties["summary"]
+            fallback = entry.get("fallback", {})
+            entry["status"] = properties.get("status", fallback.get("status", "error"))
+            if "summary" in properties or "summary" in fallback:
+                entry["summary"] = properties.get("summary", fallback.get("summary"))
         if report.when == "teardown":
-            self.emit({"kind": "test", "nodeid": nodeid, **entry})
+            self.emit({"kind": "test", "nodeid": nodeid, **{k: v for k, v in entry.items() if k != "fallback"}})
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session):
@@ -152,7 +173,8 @@ class Collector:
             main = [v for (_, stem), v in state.cache.items() if stem == self.chapter] or list(state.cache.values())[:1]
             for loaded in main:
                 for p in getattr(loaded, "problems", []):
-                    problems.append({"cell": p.cell, "kind": p.kind, "message": str(p.message)[:1000]})
+                    problems.append({"cell": p.cell, "kind": p.kind, "message": str(p.message)[:1000],
+                                     "memory": p.memory})
                 module = getattr(loaded, "__dict__", {}).get("module")
                 if module is not None:
                     borrowed += tamper.borrowed_names(module)

@@ -200,12 +200,23 @@ def _names_of(stem: str, exercise: str) -> list[str]:
 
 
 def section_of(stem: str, exercise: str) -> str:
-    """``§6.5 "Chunkwise form"``: the numbered section of the chapter that first uses
-    what the exercise defines (Jupyter Book numbers a chapter's ``##`` headings N.1, N.2,
-    ...), or the chapter itself when its text never names it."""
+    """``§6.5 "Chunkwise form"``: the numbered section of the chapter that teaches the
+    exercise (Jupyter Book numbers a chapter's ``##`` headings N.1, N.2, ...). It is the
+    one the catalogue's ``SECTIONS`` names by title; without one, the first section that
+    uses what the exercise defines, or the chapter itself when its text never names it.
+    Raises ValueError when ``SECTIONS`` names a title the chapter does not have."""
+    from grading.catalogue import load_sections
+
     number = int(stem[:2])
-    names = _names_of(stem, exercise)
     text = (CHAPTERS / f"{stem}.md").read_text()
+    title = load_sections(stem).get(exercise)
+    if title is not None:
+        headings = _headings(text)
+        if title not in headings:
+            raise ValueError(f"tests/catalogue/{stem}.py: SECTIONS sends {exercise} to {title!r}, "
+                             f"not a section of the chapter ({', '.join(map(repr, headings))})")
+        return f'§{number}.{headings.index(title) + 1} "{title}"'
+    names = _names_of(stem, exercise)
     fence, section, index = None, None, 0
     for line in text.splitlines():
         stripped = line.strip()
@@ -223,6 +234,23 @@ def section_of(stem: str, exercise: str) -> str:
         if section and any(re.search(rf"\b{re.escape(n)}\b", line) for n in names):
             return section
     return f"Chapter {number}"
+
+
+def _headings(text: str) -> list[str]:
+    """The chapter's numbered ``##`` headings, in order (code fences skipped), up to its
+    Summary or Exercises."""
+    fence, out = None, []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            marker = stripped[:3]
+            fence = None if fence == marker else (fence or marker)
+        elif fence is None and line.startswith("## "):
+            title = line[3:].strip()
+            if title in ("Exercises", "Summary"):
+                break
+            out.append(title)
+    return out
 
 
 # -- building and checking the table -----------------------------------------------------

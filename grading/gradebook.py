@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grading.outcome import FOR_REVIEW, MESSAGE_CHARS, Status, clip, describe_signal, earned
+from grading.outcome import FOR_REVIEW, MESSAGE_CHARS, OUT_OF_MEMORY, Status, clip, describe_signal, earned
 
 FIELDS = ["student", "chapter", "exercise", "points", "max_points", "status", "message"]
 PASSED, FAILED, NOT_ATTEMPTED, ERROR = Status.PASSED, Status.FAILED, Status.NOT_ATTEMPTED, Status.ERROR
@@ -28,8 +28,7 @@ OVERRIDDEN = Status.OVERRIDDEN
 # The words of a submission-wide row about a notebook no chapter claimed (listed for review).
 UNMATCHED = "was not matched to a chapter"
 # A process that died of memory leaves only words in its output (no exception to classify).
-MEMORY_WORDS = re.compile(r"MemoryError|can't allocate memory|DefaultCPUAllocator|std::bad_alloc|"
-                          r"Cannot allocate memory|out of memory", re.I)
+MEMORY_WORDS = re.compile(r"MemoryError|" + OUT_OF_MEMORY.pattern, re.I)
 
 
 @dataclass
@@ -90,7 +89,8 @@ def group_plan(tests: list[dict]) -> dict[str, dict[tuple[str, str], dict]]:
     groups: dict[str, dict] = defaultdict(dict)
     for t in tests:
         label = (t.get("exercise") or "other") + (" hidden" if t.get("hidden") else "")
-        fn = groups[label].setdefault((t["path"], t["function"]), {"points": t["points"], "nodeids": [], "skip": []})
+        fn = groups[label].setdefault((t["path"], t["function"]),
+                                      {"points": t["points"], "core": bool(t.get("core")), "nodeids": [], "skip": []})
         fn["nodeids"].append(t["nodeid"])
         fn["skip"].append(bool(t.get("skip")))
     return dict(sorted(groups.items(), key=lambda kv: exercise_order(kv[0])))
@@ -98,6 +98,11 @@ def group_plan(tests: list[dict]) -> dict[str, dict[tuple[str, str], dict]]:
 
 def max_points(functions: dict) -> float:
     return sum(f["points"] for f in functions.values() if not all(f["skip"]))
+
+
+def core_points(functions: dict) -> float:
+    """The part of :func:`max_points` that the exercise's core tests carry, all or nothing."""
+    return sum(f["points"] for f in functions.values() if f.get("core") and not all(f["skip"]))
 
 
 def zero_rows(student: str, chapter: str, tests: list[dict], status: str, message: str) -> list[Row]:
@@ -137,7 +142,7 @@ def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[st
                     if function not in failed_names:
                         failed_names.append(function)
             if graded:
-                points += earned(fn["points"], passed, graded)
+                points += earned(fn["points"], passed, graded, fn.get("core", False))
                 possible += fn["points"]
                 passed_any = passed_any or passed > 0
         hidden = label.endswith(" hidden")
@@ -152,8 +157,9 @@ def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[st
             # Names only: the source and the assertion of a hidden test stay private.
             message = "failed hidden tests: " + ", ".join(failed_names)
         else:
-            # The plugin's one-line summary; a failure outside a test body (a fixture, setup)
-            # has only pytest's text, cut to its first lines.
+            # The one-line summary the grading process made from the exception (the plugin's,
+            # or the child's for a fixture or a hidden test); only a test that never reported
+            # (it did not run) has no summary, and then the message is the grader's own words.
             first = failures[0]
             message = first.get("summary") or re.sub(rf"^Exercise {re.escape(exercise)}:? ", "",
                                                       one_line(first["message"]))

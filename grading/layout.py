@@ -29,6 +29,9 @@ REFERENCES = TESTS / "references"
 CATALOGUE = TESTS / "catalogue"
 DIAGNOSIS = TESTS / "diagnosis"  # what each catalogue bug outputs where it fails (grading.diagnose)
 BUILD = ROOT / "_build"
+# Committed runs of `python -m benchmarks --results`: the README's tables and the numbers
+# the chapters quote from `make bench`, each run with the machine it was measured on.
+BENCH_RESULTS = ROOT / "benchmarks" / "results"
 GRADES = BUILD / "grades"
 GRADESCOPE = BUILD / "gradescope"  # make gradescope: autograder.zip and the tree it is made from
 RELEASE = BUILD / "release"  # make release: the student edition

@@ -30,6 +30,7 @@ from pathlib import Path
 import nbformat
 
 from grading.layout import ROOT, cell_source
+from grading.outcome import out_of_memory
 
 SKIP_TAG = "skip-grading"
 MAX_CAPTURED_CHARS = 20_000  # a flood of prints must not flood the report
@@ -75,6 +76,7 @@ class CellProblem:
     cell: int  # index among all cells, as Jupyter counts them (0-based)
     kind: str  # "error", "not implemented", "skipped"
     message: str
+    memory: bool = False  # an "error" from an allocation that failed (grading.outcome.out_of_memory)
 
     def __str__(self) -> str:
         return f"cell {self.cell}: {self.kind}: {self.message}"
@@ -186,7 +188,7 @@ def load_notebook(path, *, skip_tags=(SKIP_TAG,), module_name: str | None = None
         except NotImplementedError as exc:
             loaded.problems.append(CellProblem(index, "not implemented", str(exc)))
         except (Exception, SystemExit) as exc:  # a student's sys.exit() must not end the grader
-            loaded.problems.append(CellProblem(index, "error", _describe(exc, prefix)))
+            loaded.problems.append(CellProblem(index, "error", _describe(exc, prefix), out_of_memory(exc)))
     loaded.output = captured.getvalue()
     return loaded
 

@@ -41,6 +41,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 from grading.layout import Chapter, cell_source, marker
 from grading.runner import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
@@ -54,6 +55,15 @@ AUTOGRADER_SUFFIX = "-autograder"
 AUTOGRADER_TAGS = ["remove-cell", "skip-grading"]
 STUDENT = "nbgrader"  # how the gradebook rows name the one student of an nbgrader run
 COLLECT_TIMEOUT_S = 600  # collecting every chapter's graders (imports torch and the tests)
+
+
+class ExercisePoints(NamedTuple):
+    """What an exercise is worth in the graders: ``total``, of which ``core`` goes to its
+    core tests (``@pytest.mark.core``; ``core_tests`` holds their names and points), each
+    all or nothing; the rest is shared by the cases of the other tests."""
+    total: float
+    core: float
+    core_tests: tuple[tuple[str, float], ...] = ()
 
 
 # -- the metadata ---------------------------------------------------------------------------------
@@ -85,10 +95,27 @@ def is_autograder_cell(cell) -> bool:
     return bool(meta.get("grade")) and str(meta.get("grade_id", "")).endswith(AUTOGRADER_SUFFIX)
 
 
-def autograder_source(stem: str, exercise: str, points: float) -> str:
-    """The code of an autograder cell (lines <= 88 columns, as every chapter cell)."""
-    shown = _points_value(points)
+def policy_comment(points: ExercisePoints) -> str:
+    """How an exercise's points are given, as the student reads it in the notebook."""
+    total, core = _points_value(points.total), _points_value(points.core)
+    if not points.core:
+        return f"# Its {total} points are shared by the graders' cases, case by case.\n"
+    lines = [f"# Points: {core} for the core tests, each all or nothing (every case must pass):"]
+    lines += [f"#   {name} ({_points_value(p)})" for name, p in points.core_tests]
+    if points.core < points.total:
+        lines.append(f"# and {_points_value(points.total - points.core)} shared by the cases of the other tests "
+                     "(edge cases, bad input).")
+    return "\n".join(lines) + "\n"
+
+
+def autograder_source(stem: str, exercise: str, points: float | ExercisePoints) -> str:
+    """The code of an autograder cell (lines <= 88 columns, as every chapter cell); with
+    :class:`ExercisePoints`, its first lines also say how the points are given."""
+    core = isinstance(points, ExercisePoints)
+    shown = _points_value(points.total if core else points)
+    policy = policy_comment(points) if core else ""
     return (f"# The autograder of Exercise {exercise} for nbgrader (a locked cell, worth {shown} points).\n"
+            + policy +
             "# It does nothing unless nbgrader runs it; then it grades this notebook with the\n"
             "# course's grader (grading/nbgrader.py) and shows the points earned.\n"
             "import os\n"
@@ -101,20 +128,26 @@ def autograder_source(stem: str, exercise: str, points: float) -> str:
             f'autograde("{stem}", "{exercise}", {shown!r})')
 
 
-def autograder_cell(stem: str, exercise: str, points: float):
+def autograder_cell(stem: str, exercise: str, points: float | ExercisePoints):
     import nbformat
 
+    core = isinstance(points, ExercisePoints)
     cell = nbformat.v4.new_code_cell(autograder_source(stem, exercise, points))
     cell.pop("id", None)  # a random id (nbformat 4.5); the notebooks are 4.4, written byte-stable
-    cell.metadata = nbformat.from_dict({"nbgrader": autograder_metadata(exercise, points),
-                                        "tags": list(AUTOGRADER_TAGS)})
+    meta = {"nbgrader": autograder_metadata(exercise, points.total if core else points),
+            "tags": list(AUTOGRADER_TAGS)}
+    if core:  # ours; nbgrader ignores it
+        meta["grading"] = {"core_points": _points_value(points.core),
+                           "core_tests": [[name, _points_value(p)] for name, p in points.core_tests]}
+    cell.metadata = nbformat.from_dict(meta)
     return cell
 
 
-def annotate(nb, stem: str, points: dict[str, float], where: str = "notebook"):
+def annotate(nb, stem: str, points: dict[str, float | ExercisePoints], where: str = "notebook"):
     """A copy of a solution notebook with nbgrader's metadata on its solution cells and an
     autograder cell after the last cell of each exercise (earlier autograder cells are
-    replaced; no other cell changes). ``points``: exercise -> points in the graders.
+    replaced; no other cell changes). ``points``: exercise -> points in the graders
+    (an :class:`ExercisePoints` also states the core share in the cell).
     Raises ValueError when an exercise has solution regions but no graded tests, or
     graded tests but no solution region."""
     nb = copy.deepcopy(nb)
@@ -154,10 +187,10 @@ def annotate(nb, stem: str, points: dict[str, float], where: str = "notebook"):
     return nb
 
 
-def exercise_points(chapters: list[Chapter]) -> dict[str, dict[str, float]]:
-    """{stem: {exercise: points}} from the graders themselves, collected by one grading
-    child as ``grading.batch`` collects its plan: a test function is worth its ``points``
-    mark (its parametrized cases share them), GPU-only tests included."""
+def exercise_points(chapters: list[Chapter]) -> dict[str, dict[str, ExercisePoints]]:
+    """{stem: {exercise: (total, core)}} from the graders themselves, collected by one
+    grading child as ``grading.batch`` collects its plan: a test function is worth its
+    ``points`` mark, GPU-only tests included; ``core`` sums the functions marked core."""
     from grading import gradebook as gb
     from grading.runner import run_child
 
@@ -173,7 +206,9 @@ def exercise_points(chapters: list[Chapter]) -> dict[str, dict[str, float]]:
     for c in chapters:
         mine = str(c.test_file.resolve())
         tests = [{**t, "skip": False} for t in plans[0]["tests"] if t["path"] == mine and t.get("exercise")]
-        out[c.stem] = {label: gb.max_points(fns) for label, fns in gb.group_plan(tests).items()}
+        out[c.stem] = {label: ExercisePoints(gb.max_points(fns), gb.core_points(fns),
+                                             tuple((f, fn["points"]) for (_, f), fn in fns.items() if fn["core"]))
+                       for label, fns in gb.group_plan(tests).items()}
     return out
 
 

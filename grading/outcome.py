@@ -10,6 +10,7 @@ computed by :func:`earned` alone.
 
 from __future__ import annotations
 
+import re
 import signal
 from enum import Enum
 
@@ -68,13 +69,24 @@ def describe_signal(number: int) -> str:
     return signal_name(number) + (f": {hint}" if hint else "")
 
 
+# What torch's CPU allocator and the C++ runtime say when an allocation fails: torch
+# raises RuntimeError("... DefaultCPUAllocator: can't allocate memory ..."), not MemoryError.
+OUT_OF_MEMORY = re.compile(r"can't allocate memory|DefaultCPUAllocator|std::bad_alloc|Cannot allocate memory|"
+                           r"out of memory", re.I)
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Did ``exc`` come from an allocation that failed (the memory limit)?"""
+    return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and bool(OUT_OF_MEMORY.search(str(exc))))
+
+
 def classify(exc: BaseException) -> Status:
-    """The status of a test that raised ``exc``, from its type alone."""
+    """The status of a test that raised ``exc``, from the exception itself."""
     from grading.compare import GradingFailure
 
     if isinstance(exc, NotImplementedError):
         return Status.NOT_ATTEMPTED
-    if isinstance(exc, MemoryError):
+    if out_of_memory(exc):
         return Status.MEMORY
     if isinstance(exc, (GradingFailure, AssertionError)):
         return Status.FAILED
@@ -107,7 +119,13 @@ def clip(text: str, limit: int = MESSAGE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def earned(points: float, passed: int, graded: int) -> float:
-    """Partial credit: a test function's points, shared equally by its graded cases
-    (a function whose every case was skipped earns and costs nothing)."""
-    return points * passed / graded if graded else 0.0
+def earned(points: float, passed: int, graded: int, core: bool = False) -> float:
+    """What a test function earns: its points shared equally by its graded cases
+    (partial credit), or, for a ``core`` function (``@pytest.mark.core``: the cases
+    an exercise exists to teach), all of its points when every graded case passed and
+    none otherwise. A function whose every case was skipped earns and costs nothing."""
+    if not graded:
+        return 0.0
+    if core:
+        return float(points) if passed == graded else 0.0
+    return points * passed / graded

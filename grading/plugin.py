@@ -8,6 +8,8 @@ Options
 
 Markers
   points(n)         what a test is worth (default 1)
+  core              the exercise's core cases: all the points when every case passes,
+                    none otherwise (other tests share their points among their cases)
   exN_M             the exercise a test grades: ``pytest -m ex1_2``
   gpu               needs CUDA; skipped with the reason when there is none
 
@@ -65,9 +67,17 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "points(n): what the test is worth (default 1)")
+    config.addinivalue_line("markers", "core: the exercise's core cases, all or nothing (grading.outcome.earned)")
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped with the reason otherwise")
     for name in all_markers():
         config.addinivalue_line("markers", f"{name}: grades exercise {exercise_of_marker(name)}")
+    # Memory a notebook allocates and never writes (torch.empty) reads as NaN (floats) or the
+    # largest value (ints), never as whatever lay there: a kernel that leaves part of its
+    # output unwritten fails the same way on every run, and its outputs can be diagnosed.
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
     config._grading = GradingState(config)
     config.pluginmanager.register(substitute, "grading-substitute")
     config.pluginmanager.register(config._grading, "grading-state")
@@ -90,7 +100,7 @@ class GradingState:
         self.config = config
         self.cache: dict[tuple[str, str], object] = {}
         # (stem, test function) -> [passed items, graded items, skipped items, points]
-        self.tests = defaultdict(lambda: [0, 0, 0, 1])
+        self.tests = defaultdict(lambda: [0, 0, 0, 1, False])
         self.stub_escapes: list[str] = []
         self.stub_checked = 0
         self.bug_runs: dict[str, list[str]] = {}  # "stem/bug" -> tests that rejected it
@@ -145,6 +155,7 @@ class GradingState:
         if variant in ("graded", "solution"):
             tally = self.tests[(stem, report.nodeid.split("::")[-1].split("[")[0])]
             tally[3] = props.get("points", 1)
+            tally[4] = props.get("core", False)
             if report.skipped:
                 tally[2] += 1
             else:
@@ -214,13 +225,13 @@ class GradingState:
         whose every case was skipped is not counted; skipped cases of a function that ran
         are not counted either (its points are shared by the cases that ran)."""
         out: dict[str, list] = defaultdict(lambda: [0.0, 0, 0, 0])
-        for (stem, _), (passed, graded, skipped, points) in self.tests.items():
+        for (stem, _), (passed, graded, skipped, points, core) in self.tests.items():
             entry = out[stem]
             entry[3] += skipped
             if graded == 0:
                 entry[2] += 1
                 continue
-            entry[0] += earned(points, passed, graded)
+            entry[0] += earned(points, passed, graded, core)
             entry[1] += points
         return {k: tuple(v) for k, v in out.items()}
 
@@ -426,6 +437,7 @@ def pytest_runtest_makereport(item, call):
         ("chapter", stem),
         ("variant", variant.id),
         ("points", points.args[0] if points else 1),
+        ("core", item.get_closest_marker("core") is not None),
         ("exercise", _exercise(item)),
     ]
     _record_observation(item, call, report, variant)

@@ -35,6 +35,7 @@ import contextlib
 import functools
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -88,7 +89,7 @@ def status() -> Status:
                              "sandbox, is missing): a hostile submission can stop this run")
     work = Path(os.environ.get("TMPDIR", "/tmp"))
     # The probe imports the grader as the child will: a repository the sandbox's uid cannot
-    # enter (a clone inside a 0700 folder, such as mktemp -d makes) must turn the sandbox off.
+    # enter turns the sandbox off (a 0700 clone folder itself is re-made 0755, _read_only).
     probe = wrap([sys.executable, "-c", "import grading.child, os; print(os.getpid(), os.getuid())"], work=work,
                  hide=[],
                  uid=SANDBOX_UIDS[0], chdir=False)
@@ -144,6 +145,19 @@ def python_dirs() -> list[Path]:
     return sorted(dirs)
 
 
+def _read_only(folder: Path) -> list[str]:
+    """The bwrap arguments that show ``folder`` read-only. A folder others may not enter
+    (a clone made in ``mktemp -d``'s 0700 folder) would shut out the uid a root-run batch
+    drops to, and a bind keeps its mode; so it becomes a 0755 folder of the sandbox's own
+    with each of its entries bound in it, which keep their own modes."""
+    if not (_as_root() and folder.is_dir() and not folder.stat().st_mode & stat.S_IXOTH):
+        return ["--ro-bind", str(folder), str(folder)]
+    out = ["--perms", "0755", "--dir", str(folder)]
+    for entry in sorted(folder.iterdir()):
+        out += ["--ro-bind", str(entry), str(entry)]
+    return out
+
+
 def wrap(argv: list[str], *, work: Path, hide: list[Path], uid: int | None = None, gpu: bool = False,
          extra_read_only: list[Path] = (), chdir: bool = True) -> list[str]:
     """The ``bwrap`` command line that runs ``argv`` in a sandbox whose only writable
@@ -172,7 +186,7 @@ def wrap(argv: list[str], *, work: Path, hide: list[Path], uid: int | None = Non
     for a in ancestors:
         cmd += ["--perms", "0755", "--dir", str(a)]
     for d in visible:
-        cmd += ["--ro-bind", str(d), str(d)]
+        cmd += _read_only(Path(d))
     if gpu:
         for dev in sorted(Path("/dev").glob("nvidia*")):
             cmd += ["--dev-bind", str(dev), str(dev)]

@@ -5,7 +5,9 @@ saying whose code it is ("Chapter 4 solution: SinkKVCache" or "modellab:
 WindowCache"), so the chapter can print which implementation produced a number.
 The chapters' solutions are loaded with ``grading.load_solutions`` (the single
 source of truth); if a notebook is missing or lacks a name, we use modellab's own
-small cache instead, so every experiment runs either way.
+small cache instead, so every experiment runs either way, except the quantized caches:
+modellab has no quantizer of its own (writing one is Chapter 3's exercises), so without
+Chapter 3 those factories return None, and the experiment leaves that row out.
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ import torch
 
 from modellab.attention import tiled_attention
 from grading.layout import ROOT
-from modellab.caches import (PagedLayerView, PagedPool, TokenQuantizedCache, WindowCache, dequantize_int4_per_token,
-                             dequantize_int8_per_token, quantize_int4_per_token, quantize_int8_per_token)
+from modellab.caches import PagedLayerView, PagedPool, TokenQuantizedCache, WindowCache
 
 
 # The names each experiment needs from a chapter's solution notebook.
@@ -72,25 +73,28 @@ def paged_usage(pool) -> tuple[int, int]:
 
 
 # -- Chapter 3: quantized caches -------------------------------------------------------
+# No fallback here: a quantizer in modellab would be the answer of Exercise 3.1 (or 3.2)
+# in a file the student can read. Without Chapter 3's solution these rows are
+# unavailable, as the KIVI cache below is.
 def int8_cache():
-    """A layer-cache factory for INT8 per-token keys and values: ``(make_layer, source)``."""
+    """A layer-cache factory for INT8 per-token keys and values: ``(make_layer, source)``,
+    ``make_layer`` None if Chapter 3's solution is absent."""
     sol = chapter("03_quantized_kv_cache")
-    if sol is not None:
-        return (lambda: TokenQuantizedCache(sol.quantize_int8, sol.dequantize_int8),
-                "Chapter 3 solution: quantize_int8 / dequantize_int8, per token")
-    return (lambda: TokenQuantizedCache(quantize_int8_per_token, dequantize_int8_per_token),
-            "modellab: quantize_int8_per_token")
+    if sol is None:
+        return None, "unavailable (needs Chapter 3's quantize_int8 / dequantize_int8)"
+    return (lambda: TokenQuantizedCache(sol.quantize_int8, sol.dequantize_int8),
+            "Chapter 3 solution: quantize_int8 / dequantize_int8, per token")
 
 
 def int4_cache(head_dim: int):
-    """INT4 asymmetric, one scale and zero-point per token vector (keys and values alike)."""
+    """INT4 asymmetric, one scale and zero-point per token vector (keys and values alike);
+    ``make_layer`` None if Chapter 3's solution is absent."""
     sol = chapter("03_quantized_kv_cache")
-    if sol is not None:
-        return (lambda: TokenQuantizedCache(lambda x: sol.quantize_asym(x, 4, head_dim),
-                                            lambda q, s, z: sol.dequantize_asym(q, s, z, head_dim)),
-                "Chapter 3 solution: quantize_asym(bits=4), per token")
-    return (lambda: TokenQuantizedCache(quantize_int4_per_token, dequantize_int4_per_token),
-            "modellab: quantize_int4_per_token")
+    if sol is None:
+        return None, "unavailable (needs Chapter 3's quantize_asym / dequantize_asym)"
+    return (lambda: TokenQuantizedCache(lambda x: sol.quantize_asym(x, 4, head_dim),
+                                        lambda q, s, z: sol.dequantize_asym(q, s, z, head_dim)),
+            "Chapter 3 solution: quantize_asym(bits=4), per token")
 
 
 def kivi_cache(config, bits: int = 4, group_size: int = 32):

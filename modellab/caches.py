@@ -159,38 +159,16 @@ class WindowCache:
         return _held_bytes(self.k, self.v)
 
 
-def quantize_int8_per_token(x):
-    """Symmetric absmax INT8, one fp16 scale per vector: x ~ q * scale, q = round(x / scale) in [-127, 127]."""
-    scale = (x.abs().amax(dim=-1, keepdim=True) / 127).clamp_min(1e-8).to(torch.float16)  # (..., 1)
-    q = torch.round(x / scale.float()).clamp(-127, 127).to(torch.int8)  # (..., d)
-    return q, scale
-
-
-def dequantize_int8_per_token(q, scale):
-    return q.float() * scale.float()
-
-
-def quantize_int4_per_token(x):
-    """Asymmetric 4-bit, one fp16 scale and zero-point per vector: x ~ q * scale + zero, q in [0, 15]."""
-    lo, hi = x.amin(dim=-1, keepdim=True), x.amax(dim=-1, keepdim=True)  # (..., 1)
-    scale = ((hi - lo) / 15).clamp_min(1e-8).to(torch.float16)
-    zero = lo.to(torch.float16)
-    q = torch.round((x - zero.float()) / scale.float()).clamp(0, 15).to(torch.uint8)  # (..., d), one code a byte
-    return q, scale, zero
-
-
-def dequantize_int4_per_token(q, scale, zero):
-    return q.float() * scale.float() + zero.float()
-
-
 class TokenQuantizedCache:
     """Keys and values quantized one token vector at a time (per token, per head).
 
-    ``quantize(x) -> tuple`` of tensors and ``dequantize(*parts) -> x`` are pluggable,
-    so the same cache runs our functions or Chapter 3's. Every stored tensor counts in
-    ``nbytes()`` (codes and scales; 4-bit codes here take a byte each, unpacked)."""
+    ``quantize(x) -> tuple`` of tensors and ``dequantize(*parts) -> x`` are the
+    quantizer's two halves, Chapter 3's (see :func:`modellab.adapters.int8_cache`):
+    modellab holds no quantizer of its own, because writing one is Exercises 3.1 and
+    3.2. Every stored tensor counts in ``nbytes()`` (codes and scales; codes stored one
+    a byte count a byte each)."""
 
-    def __init__(self, quantize: Callable = quantize_int8_per_token, dequantize: Callable = dequantize_int8_per_token):
+    def __init__(self, quantize: Callable, dequantize: Callable):
         self.quantize, self.dequantize = quantize, dequantize
         self.chunks = []  # [(k parts, v parts)] in token order
 

@@ -22,6 +22,7 @@ def shape_ids(shapes):
 
 
 @pytest.mark.ex1_1
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name,layers,kv_heads,head_dim", SHAPES, ids=shape_ids(SHAPES))
@@ -66,6 +67,7 @@ CACHE_CASES = [
 
 
 @pytest.mark.ex1_2
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("name,layers,kv_heads,head_dim,seq_len,batch,dtype", CACHE_CASES, ids=[c[0] for c in CACHE_CASES])
 def test_cache_bytes(nb, name, layers, kv_heads, head_dim, seq_len, batch, dtype):
@@ -88,6 +90,7 @@ def test_cache_bytes_rejects_bad_input(nb, args, names):
 
 
 @pytest.mark.ex1_3
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("unit", list(ref.UNIT_FACTORS))
 @pytest.mark.parametrize("num_bytes", [0, 1, 999, 2**30, 10**9, 141 * 10**9, 3 * 2**40 + 17])
@@ -125,6 +128,7 @@ BUDGET_CASES = [
 
 
 @pytest.mark.ex1_4
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("name,device,weights,bpt,reserve,page", BUDGET_CASES, ids=[c[0] for c in BUDGET_CASES])
 def test_max_tokens(nb, name, device, weights, bpt, reserve, page):
@@ -151,6 +155,7 @@ def test_max_tokens_rejects_bad_input(nb, kwargs, names):
 
 
 @pytest.mark.ex1_6
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize(
     "device,weights,bpt,seq_len,reserve,page",
@@ -198,6 +203,7 @@ VARIANTS = [
 
 
 @pytest.mark.ex1_5
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("seq_len", [0, 1, 4095, 4096, 4097, 131_072])
 @pytest.mark.parametrize("vid,cfg", VARIANTS, ids=[v[0] for v in VARIANTS])

@@ -188,6 +188,7 @@ def run_ops(nb, page_size, num_pages, ops, via_gather=False):
 # -- Exercise 2.1 -------------------------------------------------------------------
 
 @pytest.mark.ex2_1
+@pytest.mark.core
 @pytest.mark.parametrize("page_size", [1, 3, 16], ids=lambda p: f"page{p}")
 @pytest.mark.parametrize("num_tokens", [0, 1, 2, 3, 15, 16, 17, 48, 49, 10**15 + 1], ids=lambda n: f"N{n}")
 def test_pages_needed(nb, num_tokens, page_size):
@@ -218,6 +219,7 @@ def check_allocator(alloc, counts, where):
 
 
 @pytest.mark.ex2_2
+@pytest.mark.core
 @pytest.mark.points(2)
 def test_allocator_script(nb):
     alloc = nb.BlockAllocator(5)
@@ -315,6 +317,7 @@ CHUNKS = [7, 1, 1, 9, 16, 1, 30]
 
 
 @pytest.mark.ex2_3
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("page_size", [1, 5, 16], ids=lambda p: f"page{p}")
 def test_append_grows_across_pages(nb, page_size):
@@ -429,6 +432,7 @@ def test_append_rejects_bad_input(nb):
 # -- Exercise 2.4 -------------------------------------------------------------------
 
 @pytest.mark.ex2_4
+@pytest.mark.core
 @pytest.mark.points(2)
 def test_gather_scattered_pages(nb):
     """Free and reuse pages, which leaves the block table out of order with a LIFO free list;
@@ -457,6 +461,7 @@ def test_gather_unknown_sequence(nb):
 # -- Exercise 2.5 -------------------------------------------------------------------
 
 @pytest.mark.ex2_5
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("prefix", [6, 8], ids=["fork-mid-page", "fork-at-page-boundary"])
 def test_fork_copy_on_write(nb, prefix):
@@ -543,6 +548,7 @@ def build_attention_cache(nb, page_size, num_kv_heads, head_dim, lengths, dtype,
 
 
 @pytest.mark.ex2_6
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("name,page_size,H,H_kv,d,lengths,dtype", ATTN_CASES, ids=[c[0] for c in ATTN_CASES])
 def test_paged_decode_attention(nb, name, page_size, H, H_kv, d, lengths, dtype):
@@ -588,6 +594,7 @@ USAGE_SCRIPTS = [
 
 
 @pytest.mark.ex2_7
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("name,page_size,script", USAGE_SCRIPTS, ids=[s[0] for s in USAGE_SCRIPTS])
 def test_kv_slot_usage(nb, name, page_size, script):

@@ -87,6 +87,7 @@ INT8_CASES = [
 
 
 @pytest.mark.ex3_1
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("name,make,dtype", INT8_CASES, ids=[c[0] for c in INT8_CASES])
 def test_quantize_int8(nb, name, make, dtype):
@@ -191,6 +192,7 @@ ASYM_CASES = [
 
 
 @pytest.mark.ex3_2
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("name,make,bits,g", ASYM_CASES, ids=[c[0] for c in ASYM_CASES])
 def test_quantize_asym(nb, name, make, bits, g):
@@ -276,6 +278,7 @@ PER_CHANNEL_CASES = [
 
 
 @pytest.mark.ex3_3
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("name,shape,bits,g,seed", PER_CHANNEL_CASES, ids=[c[0] for c in PER_CHANNEL_CASES])
 def test_quantize_keys_per_channel(nb, name, shape, bits, g, seed):
@@ -331,6 +334,7 @@ PACK_SHAPES = [("D2", (2,)), ("H3-D8", (3, 8)), ("B2-Hkv2-T5-D64", (2, 2, 5, 64)
 
 
 @pytest.mark.ex3_4
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("name,shape", PACK_SHAPES, ids=[s[0] for s in PACK_SHAPES])
 def test_pack_int4(nb, name, shape):
@@ -403,6 +407,7 @@ BYTES_CASES = [
 
 
 @pytest.mark.ex3_5
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("name,args", BYTES_CASES, ids=[c[0] for c in BYTES_CASES])
 def test_quantized_bytes_per_token(nb, name, args):
@@ -451,6 +456,7 @@ def filled_cache(nb, shape, bits, g, sizes, dtype, seed=0):
 
 
 @pytest.mark.ex3_6
+@pytest.mark.core
 @pytest.mark.points(4)
 @pytest.mark.parametrize("name,shape,bits,g,sizes,dtype", CACHE_CASES, ids=[c[0] for c in CACHE_CASES])
 def test_cache_keys_values(nb, name, shape, bits, g, sizes, dtype):

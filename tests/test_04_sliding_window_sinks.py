@@ -56,6 +56,7 @@ MASK_CASES = [
 
 
 @pytest.mark.ex4_1
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("q_len,kv_len,window,num_sink", MASK_CASES,
                          ids=[f"Tq{c[0]}-Tk{c[1]}-W{c[2]}-S{c[3]}" for c in MASK_CASES])
@@ -125,6 +126,7 @@ def _check_contents(cache, ks, vs, kept, label):
 
 
 @pytest.mark.ex4_2
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("name,window,chunks", RING_CASES, ids=[c[0] for c in RING_CASES])
 def test_ring_window_contents(nb, name, window, chunks):
@@ -215,6 +217,7 @@ SINK_CASES = [
 
 
 @pytest.mark.ex4_3
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("name,num_sink,window,chunks", SINK_CASES, ids=[c[0] for c in SINK_CASES])
 def test_sink_cache_contents(nb, name, num_sink, window, chunks):
@@ -273,6 +276,7 @@ ROPE_CASES = [
 
 
 @pytest.mark.ex4_4
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16], ids=["fp64", "fp32", "fp16"])
 @pytest.mark.parametrize("name,shape,positions,base", ROPE_CASES, ids=[c[0] for c in ROPE_CASES])
@@ -353,6 +357,7 @@ def _make_cache(nb, kind, num_sink, window, dtype):
 
 
 @pytest.mark.ex4_5
+@pytest.mark.core
 @pytest.mark.points(4)
 @pytest.mark.parametrize("name,kind,num_sink,window,mode,dtype", DECODE_CASES, ids=[c[0] for c in DECODE_CASES])
 def test_rope_decode_step(nb, name, kind, num_sink, window, mode, dtype):

@@ -134,6 +134,7 @@ def softmax_input(spec, dtype):
 
 
 @pytest.mark.ex5_1
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dtype_name", ["fp32", "fp64", "fp16"])
 @pytest.mark.parametrize("name,spec,block_size", SOFTMAX_CASES, ids=[c[0] for c in SOFTMAX_CASES])
@@ -188,6 +189,7 @@ UPDATE_CASES = [("P1-R4-C3-D2", 1, 4, 3, 2), ("P3-R5-C7-D4", 3, 5, 7, 4), ("P2-R
 
 
 @pytest.mark.ex5_2
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dtype_name", ["fp32", "fp64"])
 @pytest.mark.parametrize("name,P,R,C,D", UPDATE_CASES, ids=[c[0] for c in UPDATE_CASES])
@@ -250,6 +252,7 @@ def test_online_update_rejects_bad_shapes(nb):
 # -- Exercise 5.5 (part 1: full attention) ----------------------------------------------
 
 @pytest.mark.ex5_5
+@pytest.mark.core
 @pytest.mark.points(4)
 @pytest.mark.parametrize("shape,causal,dtype_name", cases(causal=False))
 def test_forward(nb, shape, causal, dtype_name):
@@ -351,6 +354,7 @@ def tiles(N_q, N_k, bq, bk, causal):
 
 
 @pytest.mark.ex5_5
+@pytest.mark.core
 @pytest.mark.points(4)
 @pytest.mark.parametrize("shape,causal,dtype_name", cases(causal=True))
 def test_causal_forward(nb, shape, causal, dtype_name):
@@ -381,6 +385,7 @@ def test_causal_skips_tiles_above_the_diagonal(nb, N_q, N_k, bq, bk):
 
 
 @pytest.mark.ex5_4
+@pytest.mark.core
 @pytest.mark.parametrize("N_q,N_k", [(1, 1), (1, 9), (5, 9), (9, 9), (9, 5), (9, 0)])
 def test_causal_key_stop(nb, N_q, N_k):
     mask = ref.causal_mask(N_q, N_k)
@@ -391,6 +396,7 @@ def test_causal_key_stop(nb, N_q, N_k):
 
 
 @pytest.mark.ex5_4
+@pytest.mark.core
 @pytest.mark.parametrize("N_q,N_k", [(9, 9), (4, 11), (11, 4)])
 def test_causal_block_mask(nb, N_q, N_k):
     full = ref.causal_mask(N_q, N_k)
@@ -450,6 +456,7 @@ def test_log_sum_exp(nb, shape, causal, dtype_name):
 
 
 @pytest.mark.ex5_3
+@pytest.mark.core
 def test_finalize(nb):
     g = torch.Generator().manual_seed(5)
     m = torch.randn(2, 4, 1, generator=g, dtype=torch.float64) * 10
@@ -484,6 +491,7 @@ BACKWARD_CASES = [
 
 
 @pytest.mark.ex5_6
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("dtype_name", ["fp64", "fp32"])
 @pytest.mark.parametrize("shape,causal", BACKWARD_CASES, ids=[shape_id(s, c, "")[:-1] for s, c in BACKWARD_CASES])
@@ -540,6 +548,7 @@ def run_decode(nb, q, k, v, num_splits, **kwargs):
 
 
 @pytest.mark.ex5_7
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("shape,dtype_name", [pytest.param(s, n, id=decode_id(s, n)) for s in DECODE_SHAPES for n in DTYPES])
 def test_split_kv_decode(nb, shape, dtype_name):

@@ -155,6 +155,7 @@ def bad_params(kind):
 
 
 @pytest.mark.ex6_1
+@pytest.mark.core
 @pytest.mark.points(2)
 @dtype_params
 @case_params
@@ -188,6 +189,7 @@ def test_linear_attention_recurrent_rejects_bad_input(nb, args, kwargs, exc, nam
 
 
 @pytest.mark.ex6_2
+@pytest.mark.core
 @pytest.mark.points(2)
 @dtype_params
 @case_params
@@ -216,6 +218,7 @@ def test_linear_attention_parallel_rejects_bad_input(nb, bad_id):
 
 
 @pytest.mark.ex6_3
+@pytest.mark.core
 @pytest.mark.points(2)
 @dtype_params
 @case_params
@@ -250,6 +253,7 @@ def test_delta_rule_rejects_bad_input(nb, args, kwargs, exc, names):
 
 
 @pytest.mark.ex6_4
+@pytest.mark.core
 @pytest.mark.points(3)
 @dtype_params
 @case_params
@@ -288,6 +292,7 @@ def test_gated_delta_rule_rejects_bad_input(nb, args, kwargs, exc, names):
 
 
 @pytest.mark.ex6_5
+@pytest.mark.core
 @pytest.mark.points(4)
 @pytest.mark.parametrize("chunk_size", [64, 16], ids=["C64", "C16"])
 @dtype_params
@@ -351,6 +356,7 @@ def make_layer(nb, gates="mid"):
 
 
 @pytest.mark.ex6_6
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("gates", ["mid", "extreme"])
 def test_layer_prefill_matches_reference(nb, gates):
@@ -420,6 +426,7 @@ HYBRID = [
 
 
 @pytest.mark.ex6_7
+@pytest.mark.core
 @pytest.mark.parametrize("args", [h[1:] for h in HYBRID], ids=[h[0] for h in HYBRID])
 def test_hybrid_cache_bytes(nb, args):
     got = nb.hybrid_cache_bytes(*args)

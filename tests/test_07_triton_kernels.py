@@ -434,6 +434,7 @@ def _grade_compile(nb, exercise, arch):
 
 # -- the graders ----------------------------------------------------------------------------------
 @pytest.mark.ex7_1
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("cid", list(VECTOR_CASES))
 def test_vector_add(nb, cid):
@@ -447,6 +448,7 @@ def test_vector_add_rejects_bad_input(nb, cid):
 
 
 @pytest.mark.ex7_2
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("cid", list(SOFTMAX_CASES))
 def test_softmax(nb, cid):
@@ -460,6 +462,7 @@ def test_softmax_rejects_bad_input(nb, cid):
 
 
 @pytest.mark.ex7_3
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("cid", list(FLASH_CASES))
 def test_flash_attention(nb, cid):
@@ -473,6 +476,7 @@ def test_flash_attention_rejects_bad_input(nb, cid):
 
 
 @pytest.mark.ex7_4
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("cid", list(CAUSAL_CASES))
 def test_causal_attention(nb, cid):
@@ -485,6 +489,7 @@ def test_causal_attention_reads_no_block_past_the_diagonal(nb):
 
 
 @pytest.mark.ex7_5
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("cid", list(PAGED_CASES))
 def test_paged_decode(nb, cid):
@@ -701,6 +706,7 @@ def _grade_compiler_numbers(nb, exercise, cid):
 
 
 @pytest.mark.ex7_6
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("cid", list(OCCUPANCY_CASES))
 def test_occupancy(nb, cid):
@@ -720,6 +726,7 @@ def test_occupancy_of_the_compiled_flash_kernel(nb, arch):
 
 
 @pytest.mark.ex7_7
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("cid", list(CONFIG_CASES))
 def test_choose_block_config(nb, cid):

@@ -37,6 +37,7 @@ def model():
 
 
 @pytest.mark.ex8_1
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("cid,initial,lengths,bhd,dtype", CHUNKINGS, ids=[c[0] for c in CHUNKINGS])
 def test_growing_cache_contents(nb, cid, initial, lengths, bhd, dtype):
@@ -150,6 +151,7 @@ NLL_CASES = [
 
 
 @pytest.mark.ex8_2
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("cid,N,V,spread", NLL_CASES, ids=[c[0] for c in NLL_CASES])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])

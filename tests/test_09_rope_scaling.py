@@ -51,6 +51,7 @@ def _check_freqs(got, expected, call):
 
 # -- Exercise 9.1: the inverse frequencies ------------------------------------------------
 @pytest.mark.ex9_1
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("head_dim,base", SHAPES, ids=[_shape_id(*s) for s in SHAPES])
 def test_rope_inv_freq(nb, head_dim, base):
@@ -85,6 +86,7 @@ ROPE_CASES = [
 
 
 @pytest.mark.ex9_2
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("name,shape,positions,base,factor,a,dtype", ROPE_CASES, ids=[c[0] for c in ROPE_CASES])
 def test_apply_rope_freqs(nb, name, shape, positions, base, factor, a, dtype):
@@ -132,6 +134,7 @@ LINEAR_CASES = [(d, b, s) for (d, b) in SHAPES for s in FACTORS[::2]] + [(64, 10
 
 
 @pytest.mark.ex9_3
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("head_dim,base,factor", LINEAR_CASES,
                          ids=[f"{_shape_id(d, b)}-s{s:g}" for d, b, s in LINEAR_CASES])
@@ -155,6 +158,7 @@ NTK_CASES = [(d, b, s) for (d, b) in SHAPES for s in FACTORS[1::2]] + [(4, 10000
 
 
 @pytest.mark.ex9_4
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("head_dim,base,factor", NTK_CASES, ids=[f"{_shape_id(d, b)}-s{s:g}" for d, b, s in NTK_CASES])
 def test_ntk_inv_freq(nb, head_dim, base, factor):
@@ -197,6 +201,7 @@ for _case in YARN_CASES:
 
 
 @pytest.mark.ex9_5
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("name,head_dim,base,factor,original_len,beta_fast,beta_slow", YARN_CASES,
                          ids=[c[0] for c in YARN_CASES])
@@ -257,6 +262,7 @@ LLAMA3_CASES = [
 
 
 @pytest.mark.ex9_6
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("name,head_dim,base,factor,original_len,low,high", LLAMA3_CASES,
                          ids=[c[0] for c in LLAMA3_CASES])

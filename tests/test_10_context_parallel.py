@@ -94,6 +94,7 @@ def merge_case(B, H, N_q, N_k, D, split, scale, dtype):
 
 
 @pytest.mark.ex10_1
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("dtype_name", list(DTYPES))
 @pytest.mark.parametrize("name,B,H,N_q,N_k,D,split,scale", MERGE_CASES, ids=[c[0] for c in MERGE_CASES])
@@ -174,6 +175,7 @@ def step_case(B, H, H_kv, D, q_spec, old_spec, new_spec, dtype):
 
 
 @pytest.mark.ex10_2
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.parametrize("dtype_name", list(DTYPES))
 @pytest.mark.parametrize("name,B,H,H_kv,D,q_spec,old_spec,new_spec", STEP_CASES, ids=[c[0] for c in STEP_CASES])
@@ -227,6 +229,7 @@ def test_ring_step_rejects_bad_input(nb, index):
 # -- Exercise 10.3 ----------------------------------------------------------------------
 
 @pytest.mark.ex10_3
+@pytest.mark.core
 @pytest.mark.parametrize("P", [1, 2, 3, 4, 7])
 def test_ring_schedule(nb, P):
     got = nb.ring_schedule(P)
@@ -253,6 +256,7 @@ def shards_for(N, P, layout):
 
 
 @pytest.mark.ex10_3
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("name,N,P,layout", SHARDINGS, ids=[s[0] for s in SHARDINGS])
 def test_causal_work(nb, name, N, P, layout):
@@ -286,6 +290,7 @@ def test_schedule_and_work_reject_bad_input(nb):
 # -- Exercise 10.4 ----------------------------------------------------------------------
 
 @pytest.mark.ex10_4
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
 @pytest.mark.parametrize("N,P", [(8, 1), (16, 2), (24, 3), (32, 4), (40, 5)], ids=lambda x: str(x))
@@ -333,6 +338,7 @@ BYTES_CASES = [(4096, 1, 1, 8, 128, 2), (4096, 2, 1, 8, 128, 2), (2**20, 8, 1, 8
 
 
 @pytest.mark.ex10_5
+@pytest.mark.core
 @pytest.mark.points(2)
 @pytest.mark.parametrize("args", BYTES_CASES, ids=lambda a: "N{}-P{}-B{}-Hkv{}-D{}-bytes{}".format(*a))
 def test_ring_bytes_per_layer(nb, args):
@@ -398,6 +404,7 @@ def check_ring(nb, P):
 
 
 @pytest.mark.ex10_6
+@pytest.mark.core
 @pytest.mark.points(3)
 @pytest.mark.timeout(RUN_TIMEOUT_S + 25)
 def test_ring_attention_on_2_gloo_processes(nb):

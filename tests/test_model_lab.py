@@ -143,7 +143,9 @@ def test_full_cache_perplexity_equals_one_pass(lab):
 
 def test_int8_cache_is_close_and_smaller():
     torch.manual_seed(0)
-    make, _ = adapters.int8_cache()
+    make, source = adapters.int8_cache()
+    if make is None:
+        pytest.skip(source)
     cache, dense = make(), modellab.DenseCache()
     k, v = torch.randn(1, 3, 10, 64), torch.randn(1, 3, 10, 64)
     cache.append(k, v)

@@ -2,6 +2,16 @@
 
 from grading.catalogue import Bug
 
+# Where a diagnosis sends the student: the title of the section that teaches each exercise.
+SECTIONS = {
+    '1.1': 'Bytes per token',
+    '1.2': 'Memory against context length',
+    '1.3': 'Bytes per token',
+    '1.4': 'Capacity planning: what fits on one device',
+    '1.5': 'What different attention designs cache',
+    '1.6': 'Capacity planning: what fits on one device',
+}
+
 BUGS = [
     Bug("forgot_factor_2_for_k_and_v", "1.1", "counts only the keys (or only the values)",
         code="return num_layers * num_kv_heads * head_dim * DTYPE_BITS[dtype] // BITS_PER_BYTE"),

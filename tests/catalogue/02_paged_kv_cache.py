@@ -2,6 +2,17 @@
 
 from grading.catalogue import Bug
 
+# Where a diagnosis sends the student: the title of the section that teaches each exercise.
+SECTIONS = {
+    '2.1': 'Pages, block tables and a free list',
+    '2.2': 'Pages, block tables and a free list',
+    '2.3': 'Growing a sequence, and running out',
+    '2.4': 'Attention through the block table',
+    '2.5': 'Sharing a prefix: fork, reference counts and copy-on-write',
+    '2.6': 'Attention through the block table',
+    '2.7': 'A simulated serving workload',
+}
+
 BUGS = [
     Bug("pages_floor_not_ceil", "2.1", "divides with floor, so the partial last page is not counted",
         code="_check_int(\"num_tokens\", num_tokens, minimum=0)\n_check_int(\"page_size\", page_size)\n"

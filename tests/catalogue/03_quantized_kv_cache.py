@@ -4,6 +4,16 @@ from dataclasses import replace
 
 from grading.catalogue import Bug
 
+# Where a diagnosis sends the student: the title of the section that teaches each exercise.
+SECTIONS = {
+    '3.1': 'Symmetric INT8, one scale per token',
+    '3.2': 'Asymmetric quantization in groups',
+    '3.3': 'Per token or per channel',
+    '3.4': 'Asymmetric quantization in groups',
+    '3.5': 'Honest memory accounting',
+    '3.6': 'A KIVI-style cache',
+}
+
 BUGS = [
     # 3.1 symmetric INT8
     Bug("scale_from_max_not_absmax", "3.1", "takes the scale from max(x), so negative-dominated rows overflow",
@@ -69,19 +79,33 @@ BUGS = [
         old="            total += self.res_k.numel() * self.res_k.element_size() + self.res_v.numel() * self.res_v.element_size()",
         new="            total += 0"),
     Bug("unpacked_codes_counted", "3.6", "stores INT4 codes one per byte, unpacked",
-        old="return (pack_int4(q) if self.bits == 4 else q), scale, zero", new="return q, scale, zero"),
+        old="""self.key_groups.append(self._store(*quantize_keys_per_channel(res_k[:, :, :G], self.bits, G)))
+            self.value_groups.append(self._store(*quantize_asym(res_v[:, :, :G], self.bits, G)))""",
+        new="""self.key_groups.append(quantize_keys_per_channel(res_k[:, :, :G], self.bits, G))
+            self.value_groups.append(quantize_asym(res_v[:, :, :G], self.bits, G))"""),
+    # A student who writes the cache's own quantizer instead of calling 3.2's can round
+    # every code down and still stay within one step of the reference: the cache's
+    # grader rejects that on its own (the half-step check against the appended values).
+    Bug("cache_rounds_codes_down", "3.6",
+        "quantizes the values with its own code, which floors (x - zero) / scale instead of rounding",
+        old="self.value_groups.append(self._store(*quantize_asym(res_v[:, :, :G], self.bits, G)))",
+        new="""levels = 2**self.bits - 1
+            vg = res_v[:, :, :G].float().reshape(B, H, G, d // G, G)  # (B, H_kv, G, groups, G)
+            lo, hi = vg.amin(dim=-1), vg.amax(dim=-1)  # (B, H_kv, G, groups)
+            zero, scale = lo.half(), ((hi - lo) / levels).half()
+            safe = torch.where(scale > 0, scale.float(), torch.ones_like(lo)).unsqueeze(-1)
+            q = torch.floor((vg - zero.float().unsqueeze(-1)) / safe).clamp(0, levels).to(torch.uint8)
+            self.value_groups.append(self._store(q.reshape(B, H, G, d), scale, zero))""",
+        tests="cache_keys_values"),
 ]
 
 # Each bug runs only against its own exercise's graders (the test names share these
 # words), which keeps `pytest --prove` fast.
 TESTS_OF_EXERCISE = {"3.1": "int8", "3.2": "asym", "3.3": "per_channel", "3.4": "int4", "3.5": "quantized_bytes",
                      "3.6": "cache"}
-BUGS = [replace(b, tests=TESTS_OF_EXERCISE[b.exercise]) for b in BUGS]
-# The cache of 3.6 quantizes with 3.2's function; a student who writes their own can round
-# every code down and still stay within one step of the reference. Only the cache's
-# grader runs against this one, to show it rejects that on its own.
-BUGS.append(Bug("cache_rounds_codes_down", "3.2",
-                "floors (x - zero) / scale instead of rounding: every element up to a whole step low",
+BUGS = [b if b.tests else replace(b, tests=TESTS_OF_EXERCISE[b.exercise]) for b in BUGS]
+# The same mistake in 3.2's own quantizer: its graders check the codes exactly.
+BUGS.append(Bug("asym_rounds_codes_down", "3.2", "floors (x - zero) / scale instead of rounding",
                 old="q = torch.round((xg - zero.float().unsqueeze(-1)) / safe).clamp(0, levels)",
                 new="q = torch.floor((xg - zero.float().unsqueeze(-1)) / safe).clamp(0, levels)",
-                tests="cache_keys_values"))
+                tests="asym"))

@@ -9,6 +9,15 @@ from grading.catalogue import Bug
 GRADERS = {"4.1": "sliding_window_mask", "4.2": "test_ring", "4.3": "test_sink_cache",
            "4.4": "apply_rope", "4.5": "rope_decode_step"}
 
+# Where a diagnosis sends the student: the title of the section that teaches each exercise.
+SECTIONS = {
+    '4.1': 'Prefill: the sliding-window causal mask',
+    '4.2': 'A ring buffer',
+    '4.3': 'Attention sinks',
+    '4.4': 'Where positions live',
+    '4.5': 'Where positions live',
+}
+
 BUGS = [
     # 4.1: the sliding-window mask
     Bug("window_off_by_one", "4.1", "lets each query see window + 1 keys (distance <= window)",

@@ -70,6 +70,17 @@ if return_partials:
 return (out, lse) if return_lse else out
 '''
 
+# Where a diagnosis sends the student: the title of the section that teaches each exercise.
+SECTIONS = {
+    '5.1': 'The online softmax, and why it is exact',
+    '5.2': 'The online softmax, and why it is exact',
+    '5.3': 'Tiling: the blocked forward pass',
+    '5.4': 'Causal masking that skips work',
+    '5.5': 'Tiling: the blocked forward pass',
+    '5.6': 'The backward pass by recomputation',
+    '5.7': 'Split-KV decode: parallel over a long cache',
+}
+
 BUGS = [
     # -- the issue's list
     Bug("running_max_wrong_shape", "5.5", "initialises m as (P, rows), so max(m, rowmax) broadcasts to rows x rows",

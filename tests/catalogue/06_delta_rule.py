@@ -5,6 +5,17 @@ Each bug only runs the graders of the exercises it can affect (``tests=``), whic
 
 from grading.catalogue import Bug
 
+# Where a diagnosis sends the student: the title of the section that teaches each exercise.
+SECTIONS = {
+    '6.1': 'Attention without the softmax is a recurrence',
+    '6.2': 'Attention without the softmax is a recurrence',
+    '6.3': 'The delta rule: a memory that corrects itself',
+    '6.4': 'Gated DeltaNet: forgetting in log space',
+    '6.5': 'The chunkwise parallel form',
+    '6.6': 'A Gated DeltaNet layer: prefill and decode',
+    '6.7': 'Hybrids and the memory budget',
+}
+
 BUGS = [
     # 6.1 linear attention, recurrent
     Bug("einsum_sums_over_heads", "6.1", "writes v k^T summed over heads into every head's state (mixes heads)",

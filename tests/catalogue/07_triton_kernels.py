@@ -11,6 +11,17 @@ can catch them. The last ones misread the compiler's report (Exercises 7.6 and 7
 from grading.catalogue import Bug
 
 
+# Where a diagnosis sends the student: the title of the section that teaches each exercise.
+SECTIONS = {
+    '7.1': "Triton's programming model",
+    '7.2': 'A fused softmax',
+    '7.3': 'Flash attention forward',
+    '7.4': 'Flash attention forward',
+    '7.5': 'Paged decode attention',
+    '7.6': 'Performance on a GPU',
+    '7.7': 'Performance on a GPU',
+}
+
 BUGS = [
     Bug("grid_rounded_down", "7.1", "sizes the grid with n // BLOCK_SIZE, so the last partial block gets no program",
         old="grid = (triton.cdiv(n, block_size),)", new="grid = (n // block_size,)", tests="vector_add"),

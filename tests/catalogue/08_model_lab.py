@@ -2,6 +2,12 @@
 
 from grading.catalogue import Bug
 
+# Where a diagnosis sends the student: the title of the section that teaches each exercise.
+SECTIONS = {
+    '8.1': 'The model and our decode loop',
+    '8.2': 'Chapter 3 on a real model: quantized keys and values',
+}
+
 BUGS = [
     Bug("growth_forgets_old_tokens", "8.1", "allocates the bigger buffer but does not copy what was there",
         old="                new[:, :, : self.length] = old[:, :, : self.length]\n", new="", tests="growing_cache"),

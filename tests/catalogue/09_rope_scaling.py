@@ -8,6 +8,16 @@ from grading.catalogue import Bug
 GRADERS = {"9.1": "rope_inv_freq", "9.2": "apply_rope_freqs", "9.3": "linear_inv_freq", "9.4": "ntk_inv_freq",
            "9.5": "yarn", "9.6": "llama3"}
 
+# Where a diagnosis sends the student: the title of the section that teaches each exercise.
+SECTIONS = {
+    '9.1': 'Angles the model never saw',
+    '9.2': 'Angles the model never saw',
+    '9.3': 'Position interpolation',
+    '9.4': 'NTK-aware scaling',
+    '9.5': 'YaRN: decide pair by pair',
+    '9.6': 'YaRN: decide pair by pair',
+}
+
 BUGS = [
     # 9.1: the inverse frequencies
     Bug("freq_exponent_i_over_d", "9.1", "uses base**(-i/d), so the pairs span only half the range of wavelengths",

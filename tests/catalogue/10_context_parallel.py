@@ -15,6 +15,16 @@ BLOCKING_EXCHANGE = """for op in ops:  # blocking: send K, send V, then receive
                     dist.recv(op.tensor, recv_from)
             requests = []"""
 
+# Where a diagnosis sends the student: the title of the section that teaches each exercise.
+SECTIONS = {
+    '10.1': 'Merging partial attention with the log-sum-exp',
+    '10.2': 'One ring step, and the mask in global positions',
+    '10.3': 'The ring',
+    '10.4': 'Causal load imbalance, and the zig-zag layout',
+    '10.5': 'The bytes on the wire',
+    '10.6': 'Running it on real processes',
+}
+
 BUGS = [
     # -- the issue's list
     Bug("merge_without_lse", "10.1", "averages the two partial outputs instead of weighting them by their softmax mass",

@@ -341,6 +341,24 @@ def test_structure_review_names_deleted_duplicated_moved():
     assert "missing" in review["1.4"] and "2 times" in review["1.3"] and notes
 
 
+def test_core_tests_are_all_or_nothing_the_others_share_by_case():
+    """The README's partial-credit policy, on a plan of one exercise: a 2-point core test
+    with 3 cases and a 1-point bad-input test with 2 cases."""
+    tests = [{"nodeid": f"t::{fn}[{i}]", "path": "t.py", "function": fn, "exercise": "1.3",
+              "points": points, "core": core, "hidden": False, "skip": False}
+             for fn, points, core, n in [("test_convert", 2, True, 3), ("test_rejects", 1, False, 2)]
+             for i in range(n)]
+
+    def points(failing):
+        outcomes = {t["nodeid"]: {"outcome": "failed" if t["nodeid"] in failing else "passed",
+                                  "message": "wrong", "exc_type": "GradingFailure"} for t in tests}
+        return gb.graded_rows("s", "01_kv_memory", tests, outcomes)[0].points
+
+    assert points(set()) == 3
+    assert points({"t::test_convert[0]"}) == 1  # one core case wrong: the core's 2 points are lost
+    assert points({"t::test_rejects[1]"}) == 2.5  # an edge case wrong: its share only
+
+
 def test_one_line_messages():
     msg = "Exercise 1.2: f(1) is wrong\n  expected: 4\n  got:      4.0\ntests/test_x.py:12: in test\n    boom"
     assert gb.one_line(msg) == "Exercise 1.2: f(1) is wrong; expected: 4; got:      4.0"

@@ -9,8 +9,8 @@ import sys
 import nbformat
 import pytest
 
-from grading import diagnosis
-from grading.catalogue import load_catalogue
+from grading import diagnosis, substitute
+from grading.catalogue import load_catalogue, load_sections
 from grading.layout import ROOT, SOLUTIONS, TESTS, discover_chapters
 
 MISTAKE = "This looks like a known mistake"
@@ -67,8 +67,22 @@ def test_every_chapter_has_a_table_for_exactly_its_catalogue(chapter):
     table = diagnosis.load_table(chapter.stem)
     names = {b.name for b in load_catalogue(chapter.stem)}
     assert set(table) == names, f"run `python -m grading.diagnosis --write {chapter.stem}`"
+    bugs = {b.name: b for b in load_catalogue(chapter.stem)}
     for name, entry in table.items():
         assert entry["hint"] and entry["section"], name
+        # The section is the catalogue's SECTIONS (or the bug's own) as the chapter numbers it now.
+        assert entry["section"] == (bugs[name].section or diagnosis.section_of(chapter.stem, entry["exercise"])), \
+            f"{name}: the table's section is stale; run `python -m grading.diagnosis --write {chapter.stem}`"
+
+
+@pytest.mark.parametrize("chapter", discover_chapters(), ids=lambda c: c.stem)
+def test_every_exercise_is_sent_to_the_section_that_teaches_it(chapter):
+    """SECTIONS in the catalogue names an existing section for every exercise of the chapter."""
+    exercises = set(substitute.owned_names(chapter.exercise).values())
+    sections = load_sections(chapter.stem)
+    assert exercises <= set(sections), f"tests/catalogue/{chapter.stem}.py: SECTIONS lacks {sorted(exercises - set(sections))}"
+    for exercise in sections:
+        diagnosis.section_of(chapter.stem, exercise)  # raises on a title the chapter lacks
 
 
 def _grade(tmp_path, notebook) -> str:

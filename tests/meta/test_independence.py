@@ -8,6 +8,9 @@ fails the run. Because bugs run only against the tests their ``tests=`` names, t
 file adds the static half that covers every bug: a bug changes nothing outside the
 functions of its own exercise, which the other exercises' tests never see (they get
 the references). Together: a bug in one exercise costs no points elsewhere.
+
+A chapter whose exercises never reach each other (BY_CONSTRUCTION) needs no swap; the
+static check here proves it from the solution's code and the graders' calls.
 """
 
 from __future__ import annotations
@@ -35,24 +38,58 @@ CHAPTERS = discover_chapters()
 
 # Chapters whose exercises call each other but whose references are not written yet,
 # and why. Declaring SUBSTITUTES in the reference module takes a chapter off this list.
-NOT_YET = {
-    "03_quantized_kv_cache": "3.3 and 3.6 call 3.2-3.4; the references need the exercises' return conventions",
-    "08_model_lab": "no exercise calls another (8.1 and 8.2 are separate)",
-}
+# Empty: every chapter declares SUBSTITUTES or is graded alone by construction.
+NOT_YET: dict[str, str] = {}
+
+# Chapters whose exercises never reach each other, so that nothing needs swapping:
+# test_exercises_reach_no_other_exercise proves it from the code and the graders.
+BY_CONSTRUCTION = {"08_model_lab"}
 
 
 def opted_in(chapter) -> bool:
     return substitute.chapter_table(chapter.stem) is not None
 
 
+def _owned(chapter) -> dict[str, str]:
+    table = substitute.chapter_table(chapter.stem)
+    return table[0] if table else substitute.owned_names(chapter.exercise)
+
+
+def _names_used(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | \
+           {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+
+
 def test_every_chapter_is_graded_per_exercise_or_says_why_not():
     for chapter in CHAPTERS:
-        if opted_in(chapter):
-            assert chapter.stem not in NOT_YET, f"{chapter.stem} declares SUBSTITUTES: take it off NOT_YET"
+        if opted_in(chapter) or chapter.stem in BY_CONSTRUCTION:
+            assert chapter.stem not in NOT_YET, f"{chapter.stem} is graded per exercise: take it off NOT_YET"
         else:
             assert chapter.stem in NOT_YET, (
                 f"{chapter.stem}: declare SUBSTITUTES in {chapter.reference.name} (grading.substitute) "
                 f"or say in NOT_YET why its exercises are not graded alone")
+
+
+@pytest.mark.parametrize("chapter", [c for c in CHAPTERS if c.stem in BY_CONSTRUCTION], ids=lambda c: c.stem)
+def test_exercises_reach_no_other_exercise(chapter):
+    """No exercise's code names a function or method another exercise owns, and no test
+    of an exercise calls one through ``nb``: a mistake can cost points only where it is."""
+    owned = _owned(chapter)
+    assert len(set(owned.values())) > 1, f"{chapter.stem}: fewer than two exercises found"
+    short = {name.split(".")[-1]: exercise for name, exercise in owned.items()}
+    functions = _solution_functions(chapter)
+    reaches = [f"`{name}` (Exercise {exercise}) names `{used}` of Exercise {short[used]}"
+               for name, exercise in owned.items() if name in functions
+               for used in sorted(_names_used(functions[name])) if used in short and short[used] != exercise]
+    for node in ast.parse(chapter.test_file.read_text()).body:
+        if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test")):
+            continue
+        marks = [ast.unparse(d).removeprefix("pytest.mark.ex").replace("_", ".") for d in node.decorator_list]
+        reaches += [f"{node.name} (Exercise {mark}) calls nb.{n.attr} of Exercise {short[n.attr]}"
+                    for mark in marks if mark in set(owned.values())
+                    for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                    and n.value.id == "nb" and n.attr in short and short[n.attr] != mark]
+    assert not reaches, "\n".join(reaches)
 
 
 def _solution_functions(chapter) -> dict[str, ast.FunctionDef]:
@@ -109,10 +146,11 @@ def _outside(tree: ast.Module, owned: set[str]) -> str:
     return ast.dump(tree)
 
 
-@pytest.mark.parametrize("chapter", [c for c in CHAPTERS if opted_in(c)], ids=lambda c: c.stem)
+@pytest.mark.parametrize("chapter", [c for c in CHAPTERS if opted_in(c) or c.stem in BY_CONSTRUCTION],
+                         ids=lambda c: c.stem)
 def test_a_catalogue_bug_changes_only_its_own_exercise(chapter):
     """What the other exercises' tests see of a bugged notebook is the solution's."""
-    owned, _ = substitute.chapter_table(chapter.stem)
+    owned = _owned(chapter)
     solution = nbformat.read(chapter.solution, as_version=4)
     leaks = []
     for bug in load_catalogue(chapter.stem):

@@ -22,8 +22,8 @@ import pytest
 
 from grading.catalogue import load_catalogue
 from grading.layout import ROOT
-from grading.nbgrader import (AUTOGRADER_SUFFIX, ENV, annotate, autograde, autograder_source,
-                              is_autograder_cell)
+from grading.nbgrader import (AUTOGRADER_SUFFIX, ENV, ExercisePoints, annotate, autograde,
+                              autograder_source, is_autograder_cell)
 
 STEM = "01_kv_memory"
 ASSIGNMENT = "ch01"
@@ -155,13 +155,17 @@ def test_autograder_cells_follow_their_exercise_and_are_hidden():
         exercise = meta.grade_id.removesuffix(AUTOGRADER_SUFFIX).removeprefix("ex").replace("_", ".")
         assert meta.locked and not meta.solution and meta.schema_version == 3
         assert {"skip-grading", "remove-cell"} <= set(cell.metadata.tags)
-        assert cell.source == autograder_source(STEM, exercise, meta.points)
+        points = ExercisePoints(meta.points, cell.metadata.grading.core_points,
+                                tuple(map(tuple, cell.metadata.grading.core_tests)))
+        assert cell.source == autograder_source(STEM, exercise, points)
+        assert 0 < points.core <= points.total, f"Exercise {exercise} has no core test (@pytest.mark.core)"
         assert f"# Exercise {exercise}:" in nb.cells[i - 1].source or is_autograder_cell(nb.cells[i - 1])
 
 
 def test_annotate_is_idempotent_and_changes_only_metadata_and_autograder_cells():
     nb = nbformat.read(ROOT / "solutions" / f"{STEM}.ipynb", as_version=4)
-    points = {meta.grade_id.removesuffix(AUTOGRADER_SUFFIX).removeprefix("ex").replace("_", "."): meta.points
+    points = {meta.grade_id.removesuffix(AUTOGRADER_SUFFIX).removeprefix("ex").replace("_", "."):
+              ExercisePoints(meta.points, c.metadata.grading.core_points, tuple(map(tuple, c.metadata.grading.core_tests)))
               for c in nb.cells if is_autograder_cell(c) for meta in [c.metadata.nbgrader]}
     again = annotate(nb, STEM, points)
     assert nbformat.writes(again) == nbformat.writes(nb)

@@ -51,6 +51,24 @@ def test_every_chapter_has_all_its_parts():
             assert (ROOT / part).exists(), f"chapter {stem} lacks {part}"
 
 
+def test_every_exercise_has_a_core_test():
+    """The partial-credit policy (README, "Points and partial credit"): each exercise's
+    central cases are a test marked ``core`` (all or nothing); the rest share by case."""
+    import ast
+
+    for path in sorted((ROOT / "tests").glob("test_[0-9][0-9]_*.py")):
+        marks: dict[str, set[bool]] = {}
+        for node in ast.parse(path.read_text()).body:
+            if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test")):
+                continue
+            names = [ast.unparse(d) for d in node.decorator_list]
+            for exercise in (n.removeprefix("pytest.mark.") for n in names if re.match(r"pytest\.mark\.ex\d+_\d+$", n)):
+                marks.setdefault(exercise, set()).add("pytest.mark.core" in names)
+        assert marks, f"{path.name}: no graded tests"
+        lacking = sorted(e for e, core in marks.items() if True not in core)
+        assert not lacking, f"{path.name}: {', '.join(lacking)} have no test marked @pytest.mark.core"
+
+
 def test_environment_yml_pins_match_requirements():
     required = pins((ROOT / "requirements.txt").read_text().splitlines())
     env = yaml.safe_load((ROOT / "environment.yml").read_text())

@@ -1,5 +1,7 @@
 """Independent references for Chapter 3: quantization written as plain loops over
-rows and groups in Python floats (fp64), never imported from a notebook.
+rows and groups in Python floats (fp64), never imported from a notebook. At the end,
+``SUBSTITUTES``: the exercises' own functions, written in fp64 from their docstrings,
+which stand in for a student's other exercises while one exercise is graded.
 
 Rounding a Python float to fp16 goes through ``torch.tensor(..., float64).to(float16)``,
 which rounds to nearest-even once, from the exact fp64 value."""
@@ -61,6 +63,42 @@ def allowed_codes(r: float, lo: int, hi: int, slack: float = 1e-3) -> set[int]:
 def rows(x: torch.Tensor) -> list[list[float]]:
     """The last dimension as Python float rows (fp64)."""
     return x.detach().double().reshape(-1, x.shape[-1]).tolist()
+
+
+# -- Input checks of the substitutes (grading.substitute), as the docstrings state them --
+def _require_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _require_float(name, x, min_dim=1, finite=True):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    if x.dim() < min_dim:
+        raise ValueError(f"{name} must have at least {min_dim} dimension(s), got shape {tuple(x.shape)}")
+    if finite and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
+
+
+def _require_uint8(name, x):
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.uint8:
+        raise TypeError(f"{name} must be a uint8 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+
+
+def _require_bits(bits):
+    _require_int("bits", bits, 1)
+    if bits > 8:
+        raise ValueError(f"bits must be in [1, 8], got {bits}")
+
+
+def _require_shape(name, x, shape):
+    _require_float(name, x, min_dim=0, finite=False)
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(x.shape)}")
 
 
 # -- Exercise 3.1: symmetric INT8 per vector ------------------------------------------
@@ -126,25 +164,53 @@ def asym_dequant(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group
 
 
 # -- Exercise 3.4: nibble packing -------------------------------------------------------
-def pack_int4(q: torch.Tensor) -> torch.Tensor:
+# Also the substitutes for 3.4 (grading.substitute): with the errors the docstrings promise.
+def pack_int4(q):
+    """q: (..., d) uint8 codes in [0, 15], d even -> (..., d // 2) uint8 with byte i =
+    q[2i] + 16 q[2i+1] (element 2i in the low nibble), one byte at a time."""
+    _require_uint8("q", q)
+    if q.dim() == 0 or q.shape[-1] % 2:
+        raise ValueError(f"q must have an even last dimension, got shape {tuple(q.shape)}")
+    if q.numel() and int(q.max()) > 15:
+        raise ValueError(f"q must hold 4-bit codes in [0, 15], got {int(q.max())}")
+    out_shape = (*q.shape[:-1], q.shape[-1] // 2)
+    if q.numel() == 0:
+        return torch.zeros(out_shape, dtype=torch.uint8)
     out = []
     for row in q.reshape(-1, q.shape[-1]).tolist():
         out.append([row[2 * i] + 16 * row[2 * i + 1] for i in range(len(row) // 2)])
-    return torch.tensor(out, dtype=torch.uint8).reshape(*q.shape[:-1], q.shape[-1] // 2)
+    return torch.tensor(out, dtype=torch.uint8).reshape(out_shape)
 
 
-def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+def unpack_int4(packed):
+    """packed: (..., n) uint8 -> (..., 2n) uint8 codes: byte % 16 first, then byte // 16."""
+    _require_uint8("packed", packed)
+    if packed.dim() == 0:
+        raise ValueError("packed must have at least 1 dimension, got a 0-D tensor")
+    out_shape = (*packed.shape[:-1], 2 * packed.shape[-1])
+    if packed.numel() == 0:
+        return torch.zeros(out_shape, dtype=torch.uint8)
     out = []
     for row in packed.reshape(-1, packed.shape[-1]).tolist():
         codes = []
         for byte in row:
             codes += [byte % 16, byte // 16]
         out.append(codes)
-    return torch.tensor(out, dtype=torch.uint8).reshape(*packed.shape[:-1], 2 * packed.shape[-1])
+    return torch.tensor(out, dtype=torch.uint8).reshape(out_shape)
 
 
 # -- Exercise 3.5: bytes per token --------------------------------------------------------
 def quantized_bytes_per_token(num_layers, num_kv_heads, head_dim, bits, group_size, zero_point=True):
+    """Bytes per token, counted element by element (also 3.5's substitute)."""
+    for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
+                        ("bits", bits), ("group_size", group_size)):
+        _require_int(name, value, 1)
+    if bits > 16:
+        raise ValueError(f"bits must be at most 16, got {bits}")
+    if head_dim % group_size:
+        raise ValueError(f"group_size must divide head_dim {head_dim}, got {group_size}")
+    if head_dim * bits % 8:
+        raise ValueError(f"head_dim x bits must be a whole number of bytes, got head_dim {head_dim} x {bits} bits")
     total_bits = 0
     for _layer in range(num_layers):
         for _tensor in ("k", "v"):
@@ -224,3 +290,129 @@ def attention(q, k, v):
             weights = torch.softmax(q[b, h] @ kh.T / math.sqrt(d), dim=-1)
             out[b, h] = weights @ vh
     return out
+
+
+# -- References for the exercises' own API (grading.substitute) --------------------
+# While a test of one exercise runs, the functions of the other exercises in the
+# student's notebook are these: 3.3 builds on 3.2's quantizer, and the cache of 3.6
+# calls 3.2, 3.3 and 3.4. Written from the exercises' docstrings and section 3.3's
+# formulas (z = min x, s = (max x - min x) / (2**b - 1), q = clamp(round((x - z) / s),
+# 0, 2**b - 1), x_hat = q s + z) in fp64, with s and z rounded to fp16 once, from the
+# exact fp64 value, and the codes computed from the rounded s and z (what is stored is
+# what dequantizes). round() is half-to-even; a zero scale (a constant group) gives
+# code 0, which dequantizes to z exactly. The errors are the ones the docstrings promise.
+
+
+def quantize_int8(x):
+    """Exercise 3.1: s = fp16(max |x| / 127) per vector, q = clamp(round(x / s), -127, 127)
+    as int8 (0 where s is 0); returns (q (..., d) int8, scale (..., 1) fp16)."""
+    _require_float("x", x)
+    xd = x.double()  # (..., d)
+    scale = (xd.abs().amax(dim=-1, keepdim=True) / INT8_QMAX).to(torch.float16)  # (..., 1)
+    s = scale.double()
+    nonzero = s > 0
+    ratio = xd / torch.where(nonzero, s, torch.ones_like(s))  # never 0 / 0
+    q = torch.where(nonzero, torch.round(ratio).clamp(-INT8_QMAX, INT8_QMAX), torch.zeros_like(ratio))
+    return q.to(torch.int8), scale
+
+
+def dequantize_int8(q, scale):
+    """Exercise 3.1: q * scale in float32."""
+    if not isinstance(q, torch.Tensor) or q.dtype != torch.int8:
+        raise TypeError(f"q must be an int8 tensor, got {getattr(q, 'dtype', type(q).__name__)}")
+    if q.dim() < 1:
+        raise ValueError(f"q must have at least 1 dimension, got shape {tuple(q.shape)}")
+    _require_shape("scale", scale, (*q.shape[:-1], 1))
+    return (q.double() * scale.double()).float()
+
+
+def _asym_last(xg, bits):
+    """Asymmetric quantization of each group along the last dim of xg (..., g), fp64:
+    (codes (..., g) uint8, scale (...) fp16, zero (...) fp16)."""
+    levels = 2**bits - 1
+    lo, hi = xg.amin(dim=-1), xg.amax(dim=-1)  # (...)
+    zero = lo.to(torch.float16)
+    scale = ((hi - lo) / levels).to(torch.float16)
+    s, z = scale.double().unsqueeze(-1), zero.double().unsqueeze(-1)  # (..., 1)
+    nonzero = s > 0
+    ratio = (xg - z) / torch.where(nonzero, s, torch.ones_like(s))
+    codes = torch.where(nonzero, torch.round(ratio).clamp(0, levels), torch.zeros_like(ratio))
+    return codes.to(torch.uint8), scale, zero
+
+
+def quantize_asym(x, bits, group_size):
+    """Exercise 3.2: groups of group_size consecutive elements of the last dimension.
+    Returns (q (..., d) uint8, scale (..., d // group_size) fp16, zero (same) fp16)."""
+    _require_float("x", x)
+    _require_bits(bits)
+    _require_int("group_size", group_size, 1)
+    d = x.shape[-1]
+    if d % group_size:
+        raise ValueError(f"group_size must divide the last dimension {d}, got {group_size}")
+    xg = x.double().reshape(*x.shape[:-1], d // group_size, group_size)  # (..., n_groups, g)
+    codes, scale, zero = _asym_last(xg, bits)
+    return codes.reshape(x.shape), scale, zero
+
+
+def dequantize_asym(q, scale, zero, group_size):
+    """Exercise 3.2: element i of a row is q_i * scale[i // group_size] + zero[i // group_size],
+    in float32."""
+    _require_uint8("q", q)
+    if q.dim() < 1:
+        raise ValueError(f"q must have at least 1 dimension, got shape {tuple(q.shape)}")
+    _require_int("group_size", group_size, 1)
+    d = q.shape[-1]
+    if d % group_size:
+        raise ValueError(f"group_size must divide the last dimension {d}, got {group_size}")
+    groups = (*q.shape[:-1], d // group_size)
+    _require_shape("scale", scale, groups)
+    _require_shape("zero", zero, groups)
+    qg = q.double().reshape(*groups, group_size)  # (..., n_groups, g)
+    x = qg * scale.double().unsqueeze(-1) + zero.double().unsqueeze(-1)
+    return x.reshape(q.shape).float()
+
+
+def quantize_keys_per_channel(k, bits, group_size):
+    """Exercise 3.3: for each channel, groups of group_size consecutive tokens. Returns
+    (q (..., T, d) uint8, scale (..., T // group_size, d) fp16, zero (same) fp16)."""
+    _require_float("k", k, min_dim=2)
+    _require_bits(bits)
+    _require_int("group_size", group_size, 1)
+    T, d = k.shape[-2], k.shape[-1]
+    if T % group_size:
+        raise ValueError(f"group_size must divide the number of tokens {T}, got {group_size}")
+    kg = k.double().reshape(*k.shape[:-2], T // group_size, group_size, d)  # (..., n_groups, g, d)
+    codes, scale, zero = _asym_last(kg.transpose(-1, -2), bits)  # codes (..., n_groups, d, g)
+    return codes.transpose(-1, -2).reshape(k.shape), scale, zero
+
+
+def dequantize_keys_per_channel(q, scale, zero, group_size):
+    """Exercise 3.3: token t, channel c is q[t, c] * scale[t // group_size, c] +
+    zero[t // group_size, c], in float32."""
+    _require_uint8("q", q)
+    if q.dim() < 2:
+        raise ValueError(f"q must have at least 2 dimensions, got shape {tuple(q.shape)}")
+    _require_int("group_size", group_size, 1)
+    T, d = q.shape[-2], q.shape[-1]
+    if T % group_size:
+        raise ValueError(f"group_size must divide the number of tokens {T}, got {group_size}")
+    groups = (*q.shape[:-2], T // group_size, d)
+    _require_shape("scale", scale, groups)
+    _require_shape("zero", zero, groups)
+    qg = q.double().reshape(*q.shape[:-2], T // group_size, group_size, d)  # (..., n_groups, g, d)
+    x = qg * scale.double().unsqueeze(-2) + zero.double().unsqueeze(-2)
+    return x.reshape(q.shape).float()
+
+
+# Every function one exercise may call of another (3.6 is called by none).
+SUBSTITUTES = {
+    "quantize_int8": quantize_int8,
+    "dequantize_int8": dequantize_int8,
+    "quantize_asym": quantize_asym,
+    "dequantize_asym": dequantize_asym,
+    "quantize_keys_per_channel": quantize_keys_per_channel,
+    "dequantize_keys_per_channel": dequantize_keys_per_channel,
+    "pack_int4": pack_int4,
+    "unpack_int4": unpack_int4,
+    "quantized_bytes_per_token": quantized_bytes_per_token,
+}
