@@ -354,6 +354,16 @@ def _launch(spec_path: Path, output_path: Path, env: dict, limit: float, overrid
 
 
 # -- the child ------------------------------------------------------------------------
+def fill_unwritten_memory() -> None:
+    """As grading.plugin does in the grading process: memory a notebook allocates and never
+    writes (torch.empty) reads as NaN or the largest integer, so a kernel that leaves part
+    of its output unwritten fails, and is diagnosed, the same way on every run."""
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+
+
 def _classify(exc: BaseException, prefix: str) -> tuple[str, str]:
     from grading.loader import _describe
 
@@ -370,6 +380,7 @@ def _child(spec_path: str) -> int:
 
     faulthandler.enable()  # on SIGSEGV the Python stack (with the notebook cell) goes to stderr
     spec = json.loads(Path(spec_path).read_text())
+    fill_unwritten_memory()
     from grading.loader import load_notebook
 
     module_name, _, function_name = spec["check"].partition(":")
