@@ -10,7 +10,10 @@ How it runs
     the ranks (importing torch four times on two cores costs more than the whole ring).
     It forks before any tensor exists, so no thread pool is copied into a rank.
   - Each rank loads the notebook with :func:`grading.loader.load_notebook` (the graders'
-    own loader: the student's functions, as the single-process graders see them), joins
+    own loader: the student's functions, as the single-process graders see them), applies
+    the caller's swap of other exercises' functions for references, if any
+    (``grading.substitute.applied``: a test of 10.6 runs the student's ``ring_attention``
+    over the references of ``ring_step`` and ``shard_positions``), joins
     the process group with ``init_process_group("gloo", store=..., timeout=op_timeout)``
     and calls ``function(*args, **kwargs)`` for each of its calls.
   - Bytes sent: ``torch.distributed.isend`` is wrapped (before the notebook loads, so
@@ -75,17 +78,28 @@ class RanksFailed(Exception):
 
 
 # -- the caller's side ------------------------------------------------------------------
+_CALLERS = object()  # run_on_ranks' default for ``alone``: the swap in force in the caller
+
+
 def run_on_ranks(notebook, function: str, world_size: int, calls: list[list], *, op_timeout: float = 10.0,
-                 timeout: float = 90.0) -> list[RankResult]:
+                 timeout: float = 90.0, alone=_CALLERS) -> list[RankResult]:
     """Run ``function`` of the notebook at ``notebook`` on ``world_size`` gloo ranks.
 
     ``calls[rank]`` is that rank's list of ``(args, kwargs)``, or of
     ``(other_function, args, kwargs)`` to call another function of the notebook in the same
     process group; every rank has as many calls, made in order. ``op_timeout`` is the process group's timeout (a send or a
     receive that waits longer raises in the rank); ``timeout`` bounds the whole run,
-    after which every rank is killed. Returns one :class:`RankResult` per rank."""
+    after which every rank is killed. ``alone`` is the swap of ``grading.substitute``
+    each rank applies after loading the notebook (``{"chapter": stem, "exercise":
+    "N.M"}``, or None for none); by default the one in force in the caller (the test's).
+    Returns one :class:`RankResult` per rank."""
     import torch
     import torch.distributed as dist
+
+    if alone is _CALLERS:
+        from grading.substitute import active
+
+        alone = active()
 
     if len(calls) != world_size or len({len(c) for c in calls}) != 1:
         raise ValueError(f"calls must hold one list per rank ({world_size}), all of one length")
@@ -96,7 +110,7 @@ def run_on_ranks(notebook, function: str, world_size: int, calls: list[list], *,
         for rank, rank_calls in enumerate(calls):
             torch.save([_normal(call, function) for call in rank_calls], folder / f"calls{rank}.pt")
         spec = {"notebook": str(Path(notebook).resolve()), "function": function, "world_size": world_size,
-                "port": store.port, "op_timeout": op_timeout, "folder": str(folder)}
+                "port": store.port, "op_timeout": op_timeout, "folder": str(folder), "alone": alone}
         (folder / "spec.json").write_text(json.dumps(spec))
         env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
@@ -175,6 +189,9 @@ def _helper(spec_path: str) -> int:
 
     import grading.loader  # noqa: F401
 
+    if spec.get("alone"):
+        import grading.substitute  # noqa: F401 - imported once here too (it reads the chapter's references)
+
     pids = []
     for rank in range(spec["world_size"]):
         pid = os.fork()
@@ -217,6 +234,7 @@ def _rank(spec: dict, rank: int) -> int:
     import torch.distributed as dist
 
     from grading.loader import load_notebook
+    from grading.substitute import applied
 
     torch.set_num_threads(1)
     folder = Path(spec["folder"])
@@ -236,13 +254,14 @@ def _rank(spec: dict, rank: int) -> int:
     dist.init_process_group("gloo", store=store, rank=rank, world_size=spec["world_size"], timeout=op_timeout)
     prefix = f"{Path(spec['notebook']).resolve()}#cell-"
     try:
-        for name, args, kwargs in calls:
-            fn = getattr(nb, name)
-            counter["bytes"] = counter["sends"] = 0
-            start = time.perf_counter()
-            value = fn(*args, **kwargs)
-            record["calls"].append({"value": value, "bytes_sent": counter["bytes"], "sends": counter["sends"],
-                                    "seconds": time.perf_counter() - start})
+        with applied(nb.module.__dict__, spec.get("alone")):
+            for name, args, kwargs in calls:
+                fn = getattr(nb, name)
+                counter["bytes"] = counter["sends"] = 0
+                start = time.perf_counter()
+                value = fn(*args, **kwargs)
+                record["calls"].append({"value": value, "bytes_sent": counter["bytes"], "sends": counter["sends"],
+                                        "seconds": time.perf_counter() - start})
     except NotImplementedError as exc:
         record.update(status="not implemented", message=str(exc))
     except BaseException as exc:  # noqa: BLE001 - a student's SystemExit is a failure too

@@ -47,7 +47,7 @@ from grading.runner import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, OUTPUT_CAP, Chi
 MAX_NOTEBOOK_BYTES = 50 * 2**20
 # The modules a grading child runs (others in grading/ may change freely while we grade).
 GRADER_MODULES = ("__init__", "layout", "outcome", "plugin", "loader", "compare", "catalogue", "regions", "stubs",
-                  "isolation", "runner", "sandbox", "child", "tamper")
+                  "isolation", "runner", "sandbox", "child", "tamper", "substitute")
 WATCHED_PACKAGES = ("torch", "numpy", "pytest", "_pytest", "pluggy", "nbformat")
 
 
@@ -68,7 +68,8 @@ def fingerprint(chapters: list[Chapter], hidden: list[Path]) -> dict[str, str]:
     files = [ROOT / "grading" / f"{m}.py" for m in GRADER_MODULES] + [ROOT / "tests" / "__init__.py", *hidden]
     files.append(ROOT / "tests" / "references" / "__init__.py")
     for c in chapters:
-        files += [c.test_file, ROOT / "tests" / "references" / f"ref_{c.stem}.py"]
+        # ref_NN_topic.py and the modules beside it (ref_07_triton_jit.py)
+        files += [c.test_file, *sorted((ROOT / "tests" / "references").glob(f"ref_{c.stem[:2]}_*.py"))]
     out = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.exists()}
     import importlib.util
 

@@ -17,6 +17,11 @@ Many cases share one child (importing torch and loading the notebook costs secon
 When a case kills the child, that case is reported as crashed and the cases after it
 run in a new child. ``check`` names a function importable from the repository root
 (``package.module:function``); its arguments and the messages travel as JSON.
+
+A grader that grades one exercise alone (``grading.substitute``) swaps the other
+exercises' functions for references in the notebook it loaded; the child loads its own
+copy, so the swap in force in the caller (``substitute.active()``, a small dict) goes
+with the spec and the child applies it, with the same code, after loading the notebook.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from grading import substitute
 from grading.layout import ROOT
 from grading.compare import GradingFailure
 from grading.outcome import Status, describe_signal, signal_name
@@ -73,11 +79,20 @@ def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line for line in text.rstrip().splitlines())
 
 
-def run_checks(notebook, check: str, cases, *, timeout: float = 60.0, env: dict | None = None) -> dict[str, CheckResult]:
+_CALLERS = object()  # run_checks' default for ``alone``: the swap in force in the caller
+
+
+def run_checks(notebook, check: str, cases, *, timeout: float = 60.0, env: dict | None = None,
+               alone=_CALLERS) -> dict[str, CheckResult]:
     """Run ``check(nb, *args)`` for every ``(case_id, args)`` in ``cases`` on the notebook
     at ``notebook``, loaded in a child process. ``timeout`` (seconds) bounds the whole
-    batch; ``env`` is added to the child's environment. Returns ``{case_id: CheckResult}``
-    in the order of ``cases``."""
+    batch; ``env`` is added to the child's environment. ``alone`` is the swap of
+    ``grading.substitute`` the child applies after loading the notebook
+    (``{"chapter": stem, "exercise": "N.M"}``, or None for none); by default the one in
+    force in the caller (the test's). Returns ``{case_id: CheckResult}`` in the order of
+    ``cases``."""
+    if alone is _CALLERS:
+        alone = substitute.active()
     cases = [(str(cid), list(args)) for cid, args in cases]
     child_env = {**os.environ, **(env or {})}
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), child_env.get("PYTHONPATH", "")]))
@@ -90,18 +105,20 @@ def run_checks(notebook, check: str, cases, *, timeout: float = 60.0, env: dict 
             for cid, _ in pending:
                 results[cid] = CheckResult(cid, NOT_RUN, f"not run: the batch of `{check}` ran past its {timeout:.0f} s limit")
             break
-        done, pending = _one_child(Path(notebook), check, pending, remaining, child_env, timeout, env or {})
+        done, pending = _one_child(Path(notebook), check, pending, remaining, child_env, timeout, env or {}, alone)
         results.update(done)
     return {cid: results[cid] for cid, _ in cases}
 
 
-def _one_child(notebook: Path, check: str, cases, limit: float, env: dict, timeout: float, overrides: dict):
+def _one_child(notebook: Path, check: str, cases, limit: float, env: dict, timeout: float, overrides: dict,
+               alone: dict | None):
     """Run ``cases`` in one child until it finishes or dies. Returns (results, cases not yet run)."""
     with tempfile.TemporaryDirectory(prefix="isolation-") as tmp:
         spec_path, results_path = Path(tmp) / "spec.json", Path(tmp) / "results.jsonl"
         output_path = Path(tmp) / "output.txt"
         spec_path.write_text(json.dumps({"notebook": str(notebook), "check": check, "cases": cases,
-                                         "results": str(results_path), "output": str(output_path), "env": env}))
+                                         "results": str(results_path), "output": str(output_path), "env": env,
+                                         "alone": alone}))
         code, timed_out = _launch(spec_path, output_path, env, limit, overrides)
         full = output_path.read_text(errors="replace") if output_path.exists() else ""
         tail = full[-OUTPUT_TAIL_CHARS:]
@@ -168,7 +185,9 @@ def shared_batch(key: str, compute) -> dict[str, CheckResult]:
     batch can land on several workers, and each would run the whole batch again. Within one
     xdist run (``PYTEST_XDIST_TESTRUNUID``) the first worker to ask runs it under a file lock
     and leaves the results for the others; outside xdist a dict in this process is enough.
-    ``key`` must name everything the results depend on (notebook path, check, cases)."""
+    ``key`` must name everything the results depend on (notebook path, check, cases); the
+    swap in force (``substitute.active()``), which ``run_checks`` sends along, is added here."""
+    key = f"{key}|alone={json.dumps(substitute.active(), sort_keys=True)}"
     if key in _memo:
         return _memo[key]
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
@@ -199,7 +218,8 @@ def shared_batch(key: str, compute) -> dict[str, CheckResult]:
 # imports torch (and Triton, when present) and then only forks. It never runs a tensor
 # operation, so no thread pool exists when it forks. GRADING_ISOLATION=subprocess selects a
 # fresh interpreter per batch instead.
-PRELOAD = ["torch", "numpy", "triton", "triton.language", "pytest", "nbformat", "grading.loader", "grading.compare"]
+PRELOAD = ["torch", "numpy", "triton", "triton.language", "pytest", "nbformat", "grading.loader", "grading.compare",
+           "grading.substitute"]
 _servers: dict = {}
 
 
@@ -334,6 +354,16 @@ def _launch(spec_path: Path, output_path: Path, env: dict, limit: float, overrid
 
 
 # -- the child ------------------------------------------------------------------------
+def fill_unwritten_memory() -> None:
+    """As grading.plugin does in the grading process: memory a notebook allocates and never
+    writes (torch.empty) reads as NaN or the largest integer, so a kernel that leaves part
+    of its output unwritten fails, and is diagnosed, the same way on every run."""
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+
+
 def _classify(exc: BaseException, prefix: str) -> tuple[str, str]:
     from grading.loader import _describe
 
@@ -350,13 +380,15 @@ def _child(spec_path: str) -> int:
 
     faulthandler.enable()  # on SIGSEGV the Python stack (with the notebook cell) goes to stderr
     spec = json.loads(Path(spec_path).read_text())
+    fill_unwritten_memory()
     from grading.loader import load_notebook
 
     module_name, _, function_name = spec["check"].partition(":")
     check = getattr(importlib.import_module(module_name), function_name)
     nb = load_notebook(spec["notebook"])
     prefix = f"{Path(spec['notebook']).resolve()}#cell-"
-    with open(spec["results"], "a", buffering=1) as out:  # line-buffered: each line survives a later crash
+    namespace = nb.module.__dict__ if getattr(nb, "module", None) is not None else {}
+    with open(spec["results"], "a", buffering=1) as out, substitute.applied(namespace, spec.get("alone")):
         for cid, args in spec["cases"]:
             out.write(json.dumps({"case": cid, "status": "started"}) + "\n")
             out.flush()

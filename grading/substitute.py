@@ -22,9 +22,31 @@ reference's:
   another exercise fails on the solution under ``pytest --prove``, not silently on a
   student's notebook.
 
+- A reference may also be named as ``"package.module:function"``, imported when the
+  swap is applied: Chapter 7's ``@triton.jit`` references live in a module that imports
+  Triton, which must not happen before the notebook has chosen ``TRITON_INTERPRET``.
+- A reference that itself calls other exercises' names is declared as
+  ``calling(reference, "name", ...)``: it is a copy of the reference whose globals
+  ``name`` are the notebook's, as they stand after the swap: the student's where the
+  name belongs to the exercise under test, the references' otherwise. So 7.4's causal
+  helpers are graded inside the reference of 7.3's kernel, and 7.3's kernel, graded,
+  calls the references of 7.4's helpers. A ``@triton.jit`` reference is copied into a
+  new ``triton.jit`` function from the same code (its source stays in its real file,
+  where Triton reads it); Triton looks a kernel's callees up in its globals when it
+  compiles or interprets it, not when it is defined, so the copy calls the new ones.
+  The ``calling`` entries are resolved after the plain ones, in their order in
+  ``SUBSTITUTES`` (a later one may call an earlier one).
+
 A chapter opts in by declaring ``SUBSTITUTES`` (possibly empty); a chapter without it
 is graded as before. The swap lasts one test (an autouse fixture) and is undone after
 it, so the notebook, loaded once per module, serves every exercise.
+
+*Child processes.* Some graders run the notebook in another process, which loads it
+itself: Chapter 7's kernels in a child of ``grading.isolation``, Chapter 10's ring in
+gloo ranks (``distlab``). :func:`active` is the swap in force in this process, as a
+plain dict ``{"chapter": stem, "exercise": "7.3"}``; ``run_checks`` and
+``run_on_ranks`` send it along (JSON), and the child applies the same swap after
+loading the notebook, with :func:`applied`: the same code, the same references.
 
 ``only_solved(solution, exercise)`` builds the notebook of the independence check
 (``pytest --prove``): the stubs, with one exercise's solution regions put back.
@@ -36,6 +58,8 @@ import ast
 import contextlib
 import importlib
 import re
+import types
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -48,6 +72,71 @@ from grading.regions import replace_regions, stub_lines
 STUB_RAISE = re.compile(r"raise NotImplementedError\(\s*['\"]Exercise (\d+\.\d+)\b")
 
 _TABLES: dict[str, tuple[dict[str, str], dict[str, object]] | None] = {}
+_ACTIVE: list[dict] = []  # the swaps in force in this process, innermost last
+
+
+@dataclass(frozen=True)
+class Calling:
+    """A reference whose globals ``names`` are taken from the notebook (see ``calling``)."""
+
+    reference: object
+    names: tuple[str, ...]
+
+
+def calling(reference, *names: str) -> Calling:
+    """Declare in ``SUBSTITUTES`` that ``reference`` calls the notebook's ``names`` (other
+    exercises' functions): when swapped in, it is a copy whose globals ``names`` are the
+    notebook's after the swap."""
+    return Calling(reference, names)
+
+
+def resolve(reference):
+    """The reference itself, or the object a ``"package.module:function"`` string names."""
+    if isinstance(reference, str):
+        module, _, qualname = reference.partition(":")
+        value = importlib.import_module(module)
+        for part in qualname.split("."):
+            value = getattr(value, part)
+        return value
+    return reference
+
+
+def _is_triton_function(value) -> bool:
+    return type(value).__name__ in ("JITFunction", "InterpretedFunction") and hasattr(value, "fn")
+
+
+def rebound(reference, overrides: dict):
+    """A copy of the function (or ``@triton.jit`` function) ``reference`` whose globals are
+    its module's with ``overrides`` on top; the code object, and so the source file and
+    lines Triton reads, are the reference's own."""
+    reference = resolve(reference)
+    fn = reference.fn if _is_triton_function(reference) else reference
+    scope = {**fn.__globals__, **overrides}
+    clone = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    clone.__kwdefaults__, clone.__annotations__ = fn.__kwdefaults__, dict(fn.__annotations__)
+    clone.__module__, clone.__qualname__, clone.__doc__ = fn.__module__, fn.__qualname__, fn.__doc__
+    if not _is_triton_function(reference):
+        return clone
+    import triton  # only a chapter with kernels gets here
+
+    return triton.jit(clone)  # interpreted or compiled, as TRITON_INTERPRET says, like the notebook's own
+
+
+def active() -> dict | None:
+    """The swap in force in this process, ``{"chapter": stem, "exercise": "N.M"}``, or None:
+    what a grader hands a child process that loads the notebook itself."""
+    return dict(_ACTIVE[-1]) if _ACTIVE else None
+
+
+@contextlib.contextmanager
+def applied(namespace: dict, alone: dict | None):
+    """In a child process, on the notebook it loaded: the swap ``alone`` (``active()`` in
+    the parent) for the duration of the block; nothing when ``alone`` is None."""
+    if not alone:
+        yield
+        return
+    with graded_alone(namespace, alone["chapter"], alone["exercise"]):
+        yield
 
 
 def owned_names(exercise_notebook: Path) -> dict[str, str]:
@@ -146,18 +235,27 @@ def graded_alone(namespace: dict, stem: str, exercise: str | None):
         return
     owned, references = table
     swaps = _Swaps()
+    _ACTIVE.append({"chapter": stem, "exercise": exercise})
     try:
         classes_done = set()
+        late = []  # names whose reference is a Calling: resolved once the plain swaps are in place
         for name, owner in owned.items():
             if owner == exercise:
                 continue
             cls_name, _, method = name.rpartition(".")
             if cls_name and cls_name in references:  # the whole class is swapped
                 if cls_name not in classes_done and cls_name in namespace:
-                    swaps.set(namespace, cls_name, references[cls_name])
+                    swaps.set(namespace, cls_name, resolve(references[cls_name]))
                     classes_done.add(cls_name)
                 continue
             replacement = references.get(name) or _stand_in(name, owner, exercise, stem)
+            if isinstance(replacement, Calling):
+                if cls_name:
+                    raise GradingFailure(f"grader error: tests/references/ref_{stem}.py declares `{name}` "
+                                         "with calling(); only functions can be declared so")
+                late.append(name)
+                continue
+            replacement = resolve(replacement)
             if cls_name:
                 cls = namespace.get(cls_name)
                 if isinstance(cls, type):
@@ -170,9 +268,15 @@ def graded_alone(namespace: dict, stem: str, exercise: str | None):
                 if isinstance(value, type) and value.__dict__.get(name) is original:
                     swaps.set(value, name, replacement)
             swaps.set(namespace, name, replacement)
+        for name in sorted(late, key=list(references).index):  # SUBSTITUTES' order
+            if name in namespace:
+                declared = references[name]
+                overrides = {n: namespace[n] for n in declared.names if n in namespace}
+                swaps.set(namespace, name, rebound(declared.reference, overrides))
         yield
     finally:
         swaps.undo()
+        _ACTIVE.pop()
 
 
 def only_solved(solution: nbformat.NotebookNode, exercise: str, name: str = "notebook") -> nbformat.NotebookNode:

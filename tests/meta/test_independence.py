@@ -17,26 +17,29 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
+import math
+from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
+from distlab import run_on_ranks
 from grading import substitute
 from grading.catalogue import load_catalogue
 from grading.compare import GradingFailure
+from grading.isolation import run_checks
 from grading.layout import cell_source, discover_chapters
+from grading.outcome import Status
 
 CHAPTERS = discover_chapters()
 
 # Chapters whose exercises call each other but whose references are not written yet,
 # and why. Declaring SUBSTITUTES in the reference module takes a chapter off this list.
-NOT_YET = {
-    "07_triton_kernels": "kernels are graded in a child process (grading.isolation), where the swap does not reach; "
-                         "7.3's kernel calls 7.4's causal_loop_end and causal_mask",
-    "10_context_parallel": "10.2 calls merge_attention (10.1), 10.6 ring_step and shard_positions; 10.6 runs the "
-                           "notebook in gloo processes (distlab run_on_ranks), where the swap does not reach",
-}
+# Empty: every chapter declares SUBSTITUTES or is graded alone by construction.
+NOT_YET: dict[str, str] = {}
 
 # Chapters whose exercises never reach each other, so that nothing needs swapping:
 # test_exercises_reach_no_other_exercise proves it from the code and the graders.
@@ -113,8 +116,21 @@ def test_references_have_the_exercises_names_and_parameters(chapter):
         assert name in owned or name in classes, f"{chapter.reference.name}: SUBSTITUTES names `{name}`, no exercise's"
         if isinstance(functions.get(name), ast.FunctionDef):
             expected = [a.arg for a in functions[name].args.args]
-            got = list(inspect.signature(reference).parameters)
+            got = _parameters(reference)
             assert got == expected, f"{chapter.reference.name}: `{name}` takes {got}; the exercise takes {expected}"
+
+
+def _parameters(reference) -> list[str]:
+    """The parameter names of a declared reference. One named "module:function" is read
+    from its source (importing it would import Triton here, before any notebook)."""
+    if isinstance(reference, substitute.Calling):
+        reference = reference.reference
+    if not isinstance(reference, str):
+        return list(inspect.signature(reference).parameters)
+    module, _, function = reference.partition(":")
+    source = Path(importlib.util.find_spec(module).origin).read_text()
+    node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == function)
+    return [a.arg for a in node.args.args]
 
 
 def _outside(tree: ast.Module, owned: set[str]) -> str:
@@ -185,3 +201,59 @@ def test_owned_names_follow_the_stub_lines():
     assert owned["BlockAllocator.allocate"] == "2.2" and owned["append"] == "2.3" and owned["free"] == "2.5"
     assert "PagedKVCache.__init__" not in owned and "waste_fraction" not in owned
     importlib.import_module("grading.plugin")  # the fixture's home imports cleanly
+
+
+def _helper(x):
+    return "reference helper"
+
+
+def _caller(x):
+    return f"reference caller over {_helper(x)}"
+
+
+def test_a_reference_declared_calling_uses_the_notebooks_names(monkeypatch):
+    """calling(): the reference of one exercise calls the graded exercise's own code."""
+    namespace = {"_helper": lambda x: "student helper", "_caller": lambda x: "student caller"}
+    owned = {"_helper": "9.1", "_caller": "9.2"}
+    references = {"_helper": _helper, "_caller": substitute.calling(f"{__name__}:_caller", "_helper")}
+    monkeypatch.setitem(substitute._TABLES, "99_test", (owned, references))
+    with substitute.graded_alone(namespace, "99_test", "9.1"):  # the helper is graded inside the reference caller
+        assert namespace["_caller"](0) == "reference caller over student helper"
+        assert substitute.active() == {"chapter": "99_test", "exercise": "9.1"}
+    with substitute.graded_alone(namespace, "99_test", "9.2"):
+        assert namespace["_caller"](0) == "student caller" and namespace["_helper"](0) == "reference helper"
+    assert substitute.active() is None and namespace["_caller"](0) == "student caller"
+
+
+# -- the swap in processes that load the notebook themselves -----------------------------------
+CH10 = next(c for c in CHAPTERS if c.stem == "10_context_parallel")
+ALONE_10_2 = {"chapter": CH10.stem, "exercise": "10.2"}  # merge_attention (10.1) is the reference's
+
+
+def _empty_rows():
+    return torch.zeros(1, 2, 4), torch.full((1, 2), -math.inf)
+
+
+def check_merge_of_empty_rows(nb):
+    """Runs in a child of grading.isolation, on the notebook the child loaded."""
+    out, lse = _empty_rows()
+    got_out, got_lse = nb.merge_attention(out, lse, out, lse)
+    assert torch.equal(got_out, out) and torch.equal(got_lse, lse)
+
+
+def test_the_swap_reaches_a_grading_child():
+    check, cases = f"{__name__}:check_merge_of_empty_rows", [("merge", ())]
+    assert run_checks(CH10.exercise, check, cases, alone=ALONE_10_2)["merge"].passed  # stubs: 10.1 unsolved
+    assert run_checks(CH10.exercise, check, cases, alone=None)["merge"].status == Status.NOT_ATTEMPTED
+    with substitute.graded_alone({}, CH10.stem, "10.2"):  # by default, the swap in force in the caller
+        assert run_checks(CH10.exercise, check, cases)["merge"].passed
+
+
+def test_the_swap_reaches_every_gloo_rank():
+    out, lse = _empty_rows()
+    calls = [[((out, lse, out, lse), {})] for _ in range(2)]
+    with_swap = run_on_ranks(CH10.exercise, "merge_attention", 2, calls, alone=ALONE_10_2)
+    assert [r.status for r in with_swap] == ["ok", "ok"], [r.message for r in with_swap]
+    assert torch.equal(with_swap[1].calls[0].value[1], lse)
+    without = run_on_ranks(CH10.exercise, "merge_attention", 2, calls, alone=None)
+    assert [r.status for r in without] == ["not implemented"] * 2

@@ -1,11 +1,18 @@
 """Independent references for Chapter 7, in fp64 and written the obvious way: an
 element-wise sum, a softmax from its definition, dense attention with an explicit
 mask and an explicit repeat of the KV heads, and decode attention that gathers every
-token through the block table one at a time. Never imported from a notebook."""
+token through the block table one at a time. Never imported from a notebook.
+
+``SUBSTITUTES`` (grading.substitute): while one exercise is graded, the notebook's
+functions of the exercises it calls are references. The kernel references are
+``@triton.jit`` functions in ref_07_triton_jit.py, named by string so that Triton is
+imported only where the swap is applied (see that module)."""
 
 import math
 
 import torch
+
+from grading.substitute import calling
 
 
 def vector_add(x, y):
@@ -85,7 +92,7 @@ def _round_up(x, unit):
     return unit * math.ceil(x / unit)
 
 
-def occupancy(registers_per_thread, shared_bytes_per_block, threads_per_block, arch):
+def occupancy(registers_per_thread, shared_bytes_per_block, threads_per_block, arch="sm_90"):
     """Fill one SM with programs, one at a time, until the next does not fit.
 
     The SM has four register pools of 16384 (a warp takes all its registers, rounded up
@@ -168,3 +175,17 @@ def _register_programs(registers, num_warps):
                 return programs
             pools[best] -= per_warp
         programs += 1
+
+
+_JIT = "tests.references.ref_07_triton_jit"
+SUBSTITUTES = {
+    # 7.3's kernel calls these two inside the kernel.
+    "causal_loop_end": f"{_JIT}:causal_loop_end",
+    "causal_mask": f"{_JIT}:causal_mask",
+    # 7.4 is graded inside these, re-made to call the notebook's helpers (the student's
+    # while 7.4 is graded); 7.6 and 7.7 read the compiler's report on this kernel.
+    "flash_fwd_kernel": calling(f"{_JIT}:flash_fwd_kernel", "causal_loop_end", "causal_mask"),
+    "flash_attention": calling(f"{_JIT}:flash_attention", "flash_fwd_kernel"),
+    # 7.7's statement counts registers "as in Exercise 7.6": a student may call it.
+    "occupancy": occupancy,
+}
