@@ -96,3 +96,14 @@ def load_all() -> list[dict]:
     # Other data beside the runs (Chapter 9's perplexity curves) carry no records.
     runs = [r for r in runs if "records" in r]
     return sorted(runs, key=lambda r: (r["date"], r["file"]))
+
+
+def newest_with(name: str) -> tuple[dict, dict[str, dict]] | None:
+    """The newest committed run that measured ``name``, as ``(run, records by name)``;
+    ``run`` holds ``date``, ``machine`` and ``file``. None when no run measured it, so a
+    chapter that quotes a benchmark can say so instead of failing."""
+    for run in reversed(load_all()):
+        found = {r["name"]: r for r in run["records"]}
+        if name in found:
+            return run, found
+    return None
