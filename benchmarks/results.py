@@ -1,4 +1,5 @@
-"""Results files: one committed JSON file per run and machine, ``benchmarks/results/<date>-<cpu>.json``.
+"""Results files: one committed JSON file per run, machine and thread count,
+``benchmarks/results/<date>-<cpu>-<threads>-thread(s).json`` (older files lack the thread part).
 
 A file holds ``{"date", "machine", "source", "records"}``: ``machine`` says what ran the
 benchmarks (CPU model and vendor, cores, torch's threads, BLAS, torch version),
@@ -66,8 +67,10 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "cpu"
 
 
-def results_path(date: str, cpu_model: str) -> Path:
-    return RESULTS_DIR / f"{date}-{slug(cpu_model)}.json"
+def results_path(date: str, cpu_model: str, threads: int) -> Path:
+    """A run on one thread and a run on all cores of the same day and CPU are two files:
+    their numbers answer different questions and must not replace each other."""
+    return RESULTS_DIR / f"{date}-{slug(cpu_model)}-{threads}-thread{'s' if threads != 1 else ''}.json"
 
 
 def write_results(records: list[dict], threads: int, date: str | None = None) -> Path:
@@ -75,7 +78,7 @@ def write_results(records: list[dict], threads: int, date: str | None = None) ->
     and thread count; a record of the same name replaces the old one. Returns the path."""
     date = date or datetime.date.today().isoformat()
     here = machine(threads)
-    path = results_path(date, str(here["cpu_model"]))
+    path = results_path(date, str(here["cpu_model"]), threads)
     old = json.loads(path.read_text()) if path.exists() else None
     if old is not None and old["machine"] != here:
         raise RuntimeError(f"{path.name} was written by another machine or thread count "

@@ -6,7 +6,7 @@
     logits = model.forward(input_ids, cache)         # (B, T, vocab)
 """
 
-from modellab.attention import dense_attention, tiled_attention
+from modellab.attention import dense_attention
 from modellab.caches import (DenseCache, ModelCache, PagedLayerView, PagedPool, TokenQuantizedCache, WindowCache)
 from modellab.decode import Llama
 from modellab.load import ModelConfig, ModelNotInstalled, is_installed, load_model, model_config
@@ -16,5 +16,5 @@ from modellab.text import long_text, long_text_ids
 __all__ = [
     "DenseCache", "Llama", "ModelCache", "ModelConfig", "ModelNotInstalled", "PagedLayerView", "PagedPool",
     "TokenQuantizedCache", "WindowCache", "dense_attention", "is_installed", "load_model", "long_text",
-    "long_text_ids", "model_config", "perplexity", "tiled_attention",
+    "long_text_ids", "model_config", "perplexity",
 ]

@@ -5,9 +5,10 @@ saying whose code it is ("Chapter 4 solution: SinkKVCache" or "modellab:
 WindowCache"), so the chapter can print which implementation produced a number.
 The chapters' solutions are loaded with ``grading.load_solutions`` (the single
 source of truth); if a notebook is missing or lacks a name, we use modellab's own
-small cache instead, so every experiment runs either way, except the quantized caches:
-modellab has no quantizer of its own (writing one is Chapter 3's exercises), so without
-Chapter 3 those factories return None, and the experiment leaves that row out.
+small cache instead, so every experiment runs either way, except where the fallback
+would be an exercise's answer: modellab has no quantizer (Chapter 3's exercises) and no
+flash attention (Chapter 5's), so without those chapters the factories return None, and
+the experiment says it was left out.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import functools
 
 import torch
 
-from modellab.attention import tiled_attention
 from grading.layout import ROOT
 from modellab.caches import PagedLayerView, PagedPool, TokenQuantizedCache, WindowCache
 
@@ -124,8 +124,8 @@ def window_cache(config, window: int, num_sink: int, chunk_size: int):
 
 # -- Chapter 5: flash attention --------------------------------------------------------
 def flash_attention(block_size: int = 8):
-    """An attention function ``(q, k, v, mask) -> out`` built on Chapter 5's ``flash_attention``,
-    or modellab's own tiled online-softmax attention: ``(attention, source)``.
+    """An attention function ``(q, k, v, mask) -> out`` built on Chapter 5's ``flash_attention``:
+    ``(attention, source)``, or ``(None, why)`` without Chapter 5.
 
     Chapter 5's kernel takes ``causal=True`` (query i sees keys j <= i + N_k - N_q, the
     diagonal aligned to the end) rather than a mask. That is the mask of a full cache,
@@ -134,8 +134,7 @@ def flash_attention(block_size: int = 8):
     (``block_size`` queries and keys) make even a short prompt span several tiles."""
     sol = chapter("05_flash_attention", ("flash_attention",))
     if sol is None:
-        return (lambda q, k, v, mask: tiled_attention(q, k, v, mask, block_size)), \
-            f"modellab: tiled_attention (online softmax, blocks of {block_size} keys)"
+        return None, "unavailable (needs Chapter 5's flash_attention)"
 
     def attention(q, k, v, mask):
         n_q, n_k = mask.shape

@@ -1,5 +1,7 @@
 """Attention functions for the decode loop.
 
+Flash attention (blocks of keys, an online softmax) is Chapter 5's exercise, so it is
+not written here: the model lab plugs in the Chapter 5 solution (``modellab.adapters``).
 Every attention function has the signature ``attention(q, k, v, mask) -> out`` with
 
 - ``q``: (B, H, T_q, d), already rotated by RoPE;
@@ -35,32 +37,3 @@ def dense_attention(q, k, v, mask):
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])  # (B, H, T_q, T_k)
     scores = scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v  # (B, H, T_q, d)
-
-
-def tiled_attention(q, k, v, mask, block_size: int = 32):
-    """Flash-style attention: keys in blocks of ``block_size``, online softmax.
-
-    Never holds more than (T_q, block_size) scores per head. Keeps the running max
-    ``m``, the running sum ``l`` (natural-base exponentials) and the unnormalized
-    output ``acc``; each new block rescales the old ones by exp(m_old - m_new)."""
-    _check(q, k, v, mask)
-    group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1)  # (B, H, T_k, d)
-    v = v.repeat_interleave(group, dim=1)
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)  # (B, H, T_q, 1)
-    l = torch.zeros_like(m)
-    acc = torch.zeros_like(q)  # (B, H, T_q, d)
-    for start in range(0, k.shape[2], block_size):
-        kb, vb = k[:, :, start:start + block_size], v[:, :, start:start + block_size]
-        s = (q @ kb.transpose(-1, -2)) * scale  # (B, H, T_q, b)
-        s = s.masked_fill(~mask[:, start:start + block_size], float("-inf"))
-        # -- update m and l; a row that has seen no visible key yet keeps m = -inf
-        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-        safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
-        p = torch.exp(s - safe)
-        correction = torch.exp(m - safe)
-        l = l * correction + p.sum(dim=-1, keepdim=True)
-        acc = acc * correction + p @ vb
-        m = m_new
-    return acc / l
