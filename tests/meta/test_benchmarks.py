@@ -90,5 +90,11 @@ def test_results_are_added_to_the_file_of_the_day(tmp_path, monkeypatch):
     data = json.loads(path.read_text())
     assert path.name.startswith("2030-01-02-") and data["machine"]["torch_threads"] == 1
     assert {r["name"]: r["value"] for r in data["records"]} == {"a.one": 3.0, "a.two": 2.0}
-    with pytest.raises(RuntimeError, match="thread count"):
-        results.write_results([first], threads=2, date="2030-01-02")
+    # Another thread count is another file: its numbers must not replace these.
+    other = results.write_results([first], threads=2, date="2030-01-02")
+    assert other != path and json.loads(path.read_text()) == data
+    # Another machine cannot add to this machine's file.
+    here = results.machine(1)
+    monkeypatch.setattr(results, "machine", lambda threads: dict(here, blas="another BLAS"))
+    with pytest.raises(RuntimeError, match="another machine"):
+        results.write_results([first], threads=1, date="2030-01-02")
