@@ -63,18 +63,22 @@ class CallResult:
 @dataclass
 class RankResult:
     rank: int
-    status: str  # "ok", "not implemented", "error", "timeout", "crashed"
+    status: str  # "ok", "not implemented", "error", "deadlock", "timeout", "crashed"
     message: str = ""
     calls: list[CallResult] = field(default_factory=list)
 
 
 class RanksFailed(Exception):
     """Some rank did not finish its calls. ``not_implemented`` is True when the first
-    failure was a NotImplementedError (an unsolved exercise)."""
+    failure was a NotImplementedError (an unsolved exercise); ``deadlock`` when some rank
+    waited past the operation timeout or was killed still running. Which rank times out
+    first and which sees its peer close the connection changes from run to run; the
+    flag does not."""
 
-    def __init__(self, message: str, not_implemented: bool = False):
+    def __init__(self, message: str, not_implemented: bool = False, deadlock: bool = False):
         super().__init__(message)
         self.not_implemented = not_implemented
+        self.deadlock = deadlock
 
 
 # -- the caller's side ------------------------------------------------------------------
@@ -166,7 +170,8 @@ def raise_for_failures(results: list[RankResult]) -> None:
         return
     first = min(bad, key=lambda r: (r.status != "not implemented", r.rank))
     lines = [f"rank {r.rank}: {r.status}: {r.message}" for r in bad]
-    raise RanksFailed("\n".join(lines), not_implemented=first.status == "not implemented")
+    raise RanksFailed("\n".join(lines), not_implemented=first.status == "not implemented",
+                      deadlock=any(r.status in ("deadlock", "timeout") for r in bad))
 
 
 def _indent(text: str, prefix: str = "    ") -> str:
@@ -267,11 +272,12 @@ def _rank(spec: dict, rank: int) -> int:
     except BaseException as exc:  # noqa: BLE001 - a student's SystemExit is a failure too
         from grading.loader import _describe
 
-        message = _describe(exc, prefix)
-        if "Timed out" in message or "timed out" in message:
+        message, status = _describe(exc, prefix), "error"
+        if "Timed out" in message or "timed out" in message:  # gloo's words for an operation past its timeout
             message += (f"\n  (a send or receive waited more than {spec['op_timeout']:.0f} s: every rank was "
                         f"waiting for another, which is a deadlock)")
-        record.update(status="error", message=message)
+            status = "deadlock"
+        record.update(status=status, message=message)
     save()
     try:
         if record["status"] == "ok":

@@ -1,4 +1,11 @@
-"""Graders for Chapter 1 (exercises/01_kv_memory.ipynb) against tests/references."""
+"""Graders for Chapter 1 (exercises/01_kv_memory.ipynb) against tests/references.
+
+Tolerances: every answer but one is an integer count (bytes, tokens, pages, layers,
+sequences) and must be exact. ``convert_bytes`` returns a float: a correct conversion is
+one division by a power of 1000 or 1024, within one rounding (1.1e-16 relative) of the
+fp64 reference, so 1e-12 relative admits any correct order of operations, while the
+mistake the exercise is about (GB for GiB) is 2.4% to 10% off.
+"""
 
 import pytest
 

@@ -20,9 +20,10 @@ from tests.references import ref_10_context_parallel as ref
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 # A correct fp32 merge or ring step is a few roundings of values of order 1 (exp, a sum
 # over at most a few dozen keys, one division, one weighted sum per merge): the
-# solution's error against fp64 is below 3e-7 on these shapes (and 9e-7 on the
-# benchmark's 1024 tokens of d = 64); 3e-6 leaves 10x for other correct orders of
-# summation. fp64: the same operations at 2**-52.
+# solution's error against fp64 is below 3e-7 on these shapes at logits of order 1 (and
+# 9e-7 on the benchmark's 1024 tokens of d = 64); 3e-6 leaves 10x for other correct
+# orders of summation. fp64: the same operations at 2**-52. Large logits add the term of
+# merge_atol below.
 ATOL = {torch.float32: 3e-6, torch.float64: 1e-12}
 RTOL = {torch.float32: 3e-6, torch.float64: 1e-12}
 # The whole ring on gloo: the issue's goal (<= 1e-5 in fp32), over 10x the error of the
@@ -43,6 +44,20 @@ def make_qkv(B, H, H_kv, N, D, dtype, seed=0, scale=1.0):
     return (randn(B, H, N, D, dtype=dtype, seed=seed, scale=scale),
             randn(B, H_kv, N, D, dtype=dtype, seed=seed + 1, scale=scale),
             randn(B, H_kv, N, D, dtype=dtype, seed=seed + 2))
+
+
+def merge_atol(expected, dtype) -> float:
+    """ATOL, plus what a correct merge must lose at large logits: its weights
+    exp(lse_a - lse) carry the rounding of an lse of size |lse|, about u |lse| relative
+    (u the dtype's unit roundoff), into an output of size |out|; twice that. On the
+    large-logits case (|lse| up to 384, |out| up to 2.4) the fp32 term is 1.1e-4: the
+    solution's output error there is 1.8e-6, 54% of ATOL + RTOL |out| alone, and another
+    correct order of the same operations may double it."""
+    out, lse = expected
+    finite = lse[torch.isfinite(lse)]
+    largest_lse = float(finite.abs().max()) if finite.numel() else 0.0
+    largest_out = float(out.abs().max()) if out.numel() else 0.0
+    return ATOL[dtype] + 2 * (torch.finfo(dtype).eps / 2) * largest_lse * largest_out
 
 
 def check_pair(got, expected, call, dtype, atol=None):
@@ -102,10 +117,11 @@ def test_merge_equals_attention_over_the_union(nb, name, B, H, N_q, N_k, D, spli
     dtype = DTYPES[dtype_name]
     (out_a, lse_a, out_b, lse_b), whole = merge_case(B, H, N_q, N_k, D, split, scale, dtype)
     call = call_text("merge_attention", out_a, lse_a, out_b, lse_b)
-    check_pair(nb.merge_attention(out_a.clone(), lse_a.clone(), out_b.clone(), lse_b.clone()), whole, call, dtype)
+    atol = merge_atol(whole, dtype)
+    check_pair(nb.merge_attention(out_a.clone(), lse_a.clone(), out_b.clone(), lse_b.clone()), whole, call, dtype, atol)
     # The union does not care which set came first.
     call = call_text("merge_attention", out_b, lse_b, out_a, lse_a) + " (the sets swapped)"
-    check_pair(nb.merge_attention(out_b.clone(), lse_b.clone(), out_a.clone(), lse_a.clone()), whole, call, dtype)
+    check_pair(nb.merge_attention(out_b.clone(), lse_b.clone(), out_a.clone(), lse_a.clone()), whole, call, dtype, atol)
 
 
 @pytest.mark.ex10_1
@@ -386,7 +402,9 @@ def check_ring(nb, P):
     except RanksFailed as exc:
         if exc.not_implemented:
             raise NotImplementedError(str(exc)) from None
-        raise GradingFailure(f"ring_attention on {P} gloo processes did not finish:\n{exc}") from None
+        # A deadlock is observed as one: which rank timed out first is a matter of timing.
+        observed = {"kind": "message", "text": f"ring_attention on {P} gloo processes: deadlock"} if exc.deadlock else None
+        raise GradingFailure(f"ring_attention on {P} gloo processes did not finish:\n{exc}", observed) from None
     for i, ((name, B, H, H_kv, n, D, layout, causal, dtype), (q, k, v)) in enumerate(zip(RING_CASES, cases)):
         expected_out, expected_lse = ref.attention_fp64(q, k, v, causal=causal)
         formula = ref.ring_bytes_per_layer(P * n, P, B, H_kv, D, torch.finfo(dtype).bits // 8)
