@@ -12,8 +12,8 @@ from tests.references import ref_04_sliding_window_sinks as ref
 
 # RoPE tolerances per dtype (the reference is complex128); cache copies are exact. The
 # solution's largest RoPE error over every case is 2.7e-7 in fp32 (2.7% of 1e-5) and 0 in
-# fp64 (1e-12 admits a rotation computed in another order; 1e-9 at positions near 2**20,
-# where the angle itself carries 2**20 * 2**-53 of rounding).
+# fp64 (1e-12 admits a rotation computed in another order; 1e-9 at positions up to 3e6,
+# where an angle of that size carries up to 3e6 * 2**-53 = 3e-10 of rounding).
 ROPE_ATOL = {torch.float64: 1e-12, torch.float32: 1e-5}
 # fp16 from the error of a correct implementation that rotates in fp16, as the chapter and
 # transformers do: y = fl(fl(x1 fl(cos)) - fl(x2 fl(sin))) rounds five times, and to first
