@@ -1,7 +1,9 @@
 """Results files: one committed JSON file per run, machine and thread count,
 ``benchmarks/results/<date>-<cpu>-<threads>-thread(s).json`` (older files lack the thread part).
 
-A file holds ``{"date", "machine", "source", "records"}``: ``machine`` says what ran the
+A file holds ``{"date", "written", "machine", "source", "records"}``: ``written`` is the UTC
+time of its last write (it orders two files of one day; older files lack it and count as
+written first), ``machine`` says what ran the
 benchmarks (CPU model and vendor, cores, torch's threads, BLAS, torch version),
 ``source`` how the file came to be, and ``records`` is the list of
 ``Record.to_json()``. ``python -m benchmarks --results MODULES`` writes today's file for
@@ -85,7 +87,8 @@ def write_results(records: list[dict], threads: int, date: str | None = None) ->
                            f"({old['machine']}); this one is {here}. Move it aside first.")
     merged = {r["name"]: r for r in (old["records"] if old else [])}
     merged.update({r["name"]: r for r in records})
-    data = {"date": date, "machine": here, "source": "python -m benchmarks --results",
+    written = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    data = {"date": date, "written": written, "machine": here, "source": "python -m benchmarks --results",
             "records": sorted(merged.values(), key=lambda r: r["name"])}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
@@ -93,12 +96,12 @@ def write_results(records: list[dict], threads: int, date: str | None = None) ->
 
 
 def load_all() -> list[dict]:
-    """Every committed results file, oldest first (by date, then name)."""
+    """Every committed results file, oldest first (by date, then time written, then name)."""
     files = sorted(RESULTS_DIR.glob("*.json"))
     runs = [dict(json.loads(p.read_text()), file=p.name) for p in files]
     # Other data beside the runs (Chapter 9's perplexity curves) carry no records.
     runs = [r for r in runs if "records" in r]
-    return sorted(runs, key=lambda r: (r["date"], r["file"]))
+    return sorted(runs, key=lambda r: (r["date"], r.get("written", ""), r["file"]))
 
 
 def newest_with(name: str) -> tuple[dict, dict[str, dict]] | None:
