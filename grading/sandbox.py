@@ -38,6 +38,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,16 +88,20 @@ def status() -> Status:
     if _as_root() and shutil.which("setpriv") is None:
         return Status(False, "sandbox: none (running as root, and setpriv, which drops root inside the "
                              "sandbox, is missing): a hostile submission can stop this run")
-    work = Path(os.environ.get("TMPDIR", "/tmp"))
     # The probe imports the grader as the child will: a repository the sandbox's uid cannot
     # enter turns the sandbox off (a 0700 clone folder itself is re-made 0755, _read_only).
-    probe = wrap([sys.executable, "-c", "import grading.child, os; print(os.getpid(), os.getuid())"], work=work,
-                 hide=[],
-                 uid=SANDBOX_UIDS[0], chdir=False)
-    try:
-        done = subprocess.run(probe, capture_output=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return Status(False, f"sandbox: none (bwrap failed: {exc}): a hostile submission can stop this run")
+    # Its work folder is a folder of its own, as a child's is: binding all of /tmp would
+    # cover a repository cloned under /tmp with the host's /tmp, where a 0700 clone folder
+    # shuts the sandbox's uid out.
+    with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as tmp:
+        work = Path(tmp)
+        prepare_work_dir(work, SANDBOX_UIDS[0] if _as_root() else None)
+        probe = wrap([sys.executable, "-c", "import grading.child, os; print(os.getpid(), os.getuid())"],
+                     work=work, hide=[], uid=SANDBOX_UIDS[0], chdir=False)
+        try:
+            done = subprocess.run(probe, capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return Status(False, f"sandbox: none (bwrap failed: {exc}): a hostile submission can stop this run")
     why = (done.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1][:200]
     try:
         pid, uid = map(int, done.stdout.split())
