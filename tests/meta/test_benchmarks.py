@@ -1,5 +1,6 @@
 """The benchmark harness itself (``make bench`` measures; these check how it measures)."""
 
+import datetime
 import importlib
 import json
 
@@ -89,6 +90,8 @@ def test_results_are_added_to_the_file_of_the_day(tmp_path, monkeypatch):
     results.write_results([Record("a.one", 3.0, "x", "<= 2").to_json()], threads=1, date="2030-01-02")
     data = json.loads(path.read_text())
     assert path.name.startswith("2030-01-02-") and data["machine"]["torch_threads"] == 1
+    # The UTC time of the write orders two files of one day.
+    assert datetime.datetime.fromisoformat(data["written"]).utcoffset() == datetime.timedelta(0)
     assert {r["name"]: r["value"] for r in data["records"]} == {"a.one": 3.0, "a.two": 2.0}
     # Another thread count is another file: its numbers must not replace these.
     other = results.write_results([first], threads=2, date="2030-01-02")
