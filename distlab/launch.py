@@ -107,21 +107,27 @@ def run_on_ranks(notebook, function: str, world_size: int, calls: list[list], *,
 
     if len(calls) != world_size or len({len(c) for c in calls}) != 1:
         raise ValueError(f"calls must hold one list per rank ({world_size}), all of one length")
+    from grading.judge import contain, hand_over
+
     folder = Path(tempfile.mkdtemp(prefix="distlab-"))
     try:
-        store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                              timeout=datetime.timedelta(seconds=RENDEZVOUS_TIMEOUT_S))
         for rank, rank_calls in enumerate(calls):
             torch.save([_normal(call, function) for call in rank_calls], folder / f"calls{rank}.pt")
-        spec = {"notebook": str(Path(notebook).resolve()), "function": function, "world_size": world_size,
-                "port": store.port, "op_timeout": op_timeout, "folder": str(folder), "alone": alone}
+        copy = folder / Path(notebook).name  # the sandbox sees this folder, not where the notebook lies
+        copy.write_bytes(Path(notebook).read_bytes())
+        # The rendezvous store is the helper's (port 0: it picks one): inside the sandbox's
+        # own network namespace the ranks reach only each other.
+        spec = {"notebook": str(copy), "function": function, "world_size": world_size,
+                "port": 0, "op_timeout": op_timeout, "folder": str(folder), "alone": alone}
         (folder / "spec.json").write_text(json.dumps(spec))
         env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
         timed_out = False
+        argv, env = contain([sys.executable, "-m", "distlab.launch", str(folder / "spec.json")], folder, env,
+                            show_tests=True)
+        hand_over(folder)
         with open(folder / "output.txt", "wb") as output:
-            helper = subprocess.Popen([sys.executable, "-m", "distlab.launch", str(folder / "spec.json")],
-                                      cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=output,
+            helper = subprocess.Popen(argv, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=output,
                                       stderr=subprocess.STDOUT, process_group=0)
             try:
                 helper.wait(timeout=timeout)
@@ -132,7 +138,6 @@ def run_on_ranks(notebook, function: str, world_size: int, calls: list[list], *,
             except (ProcessLookupError, PermissionError):
                 pass
             helper.wait()
-        del store
         tail = (folder / "output.txt").read_text(errors="replace")[-OUTPUT_TAIL_CHARS:]
         return [_read_rank(folder, rank, timed_out, timeout, tail) for rank in range(world_size)]
     finally:
@@ -196,6 +201,12 @@ def _helper(spec_path: str) -> int:
 
     if spec.get("alone"):
         import grading.substitute  # noqa: F401 - imported once here too (it reads the chapter's references)
+    from grading.contestant import apply_limits
+
+    apply_limits(json.loads(os.environ.get("GRADING_LIMITS", "{}") or "{}"))
+    store = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                       timeout=datetime.timedelta(seconds=RENDEZVOUS_TIMEOUT_S))
+    spec["port"] = store.port  # every rank, forked below, reads it
 
     pids = []
     for rank in range(spec["world_size"]):

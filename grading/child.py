@@ -98,18 +98,8 @@ class Collector:
                    "errors": [str(r.longrepr)[:2000] for r in getattr(session, "_collect_errors", [])]})
         if session.config.getoption("collectonly"):
             return
-        from grading import tamper
-
         for folder in self.hidden_dirs:
-            shutil.rmtree(folder, ignore_errors=True)  # imported already; nothing left to read
-        self.snapshot = tamper.Snapshot()
-        # The graders are imported; take them out of sys.modules so a notebook cannot
-        # `import tests.references...` without reading the file (which the tripwire refuses).
-        for name in list(sys.modules):
-            module = sys.modules[name]
-            file = getattr(module, "__file__", None) or ""
-            if name == "tests" or name.startswith("tests.") or (file and self._hidden(file)):
-                self.hidden_modules[name] = sys.modules.pop(name)
+            shutil.rmtree(folder, ignore_errors=True)  # imported already; no copy is left on disk
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -167,55 +157,31 @@ class Collector:
         state = getattr(config, "_grading", None)
         problems, borrowed, output_chars = [], [], 0
         if state is not None:
-            from grading import tamper
+            from grading.judge import RemoteNotebook
+            from grading.plugin import _Unloadable
 
             # The chapter's own load (a hidden-test copy of the notebook would repeat its notes).
             main = [v for (_, stem), v in state.cache.items() if stem == self.chapter] or list(state.cache.values())[:1]
             for loaded in main:
-                for p in getattr(loaded, "problems", []):
-                    problems.append({"cell": p.cell, "kind": p.kind, "message": str(p.message)[:1000],
-                                     "memory": p.memory})
-                module = getattr(loaded, "__dict__", {}).get("module")
-                if module is not None:
-                    borrowed += tamper.borrowed_names(module)
-                    output_chars = max(output_chars, len(getattr(loaded, "output", "")))
-                elif type(loaded).__name__ == "_Unloadable":
+                if isinstance(loaded, RemoteNotebook):
+                    for p in loaded.problems:
+                        problems.append({"cell": p.cell, "kind": p.kind, "message": str(p.message)[:1000],
+                                         "memory": p.memory})
+                    borrowed += loaded.report.borrowed
+                    output_chars = max(output_chars, loaded.report.output_chars)
+                elif isinstance(loaded, _Unloadable):
                     problems.append({"cell": -1, "kind": "unreadable", "message": loaded.__dict__["_message"]})
+            state.close()
         self.emit({"kind": "load", "problems": problems, "output_chars": output_chars})
         if state is not None:
             self.emit({"kind": "diagnosis", "diagnoses": [d.as_dict() for d in state.diagnoses()]})
-        violations = list(self.wire.violations) if self.wire else []
-        if self.snapshot is not None:
-            violations += self.snapshot.changes()
-        violations += borrowed
-        self.emit({"kind": "tamper", "violations": violations})
+        # The judge runs no submission code, so nothing in this process can be tampered with;
+        # what is left to report is what the load saw (a graded function that calls a
+        # library's implementation of itself, grading.tamper.borrowed_names).
+        self.emit({"kind": "tamper", "violations": borrowed})
 
 
-def apply_limits(spec: dict):
-    """Memory (``RLIMIT_DATA``: what a process allocates, heap and private mappings, not the
-    address space its libraries reserve; a CUDA build of torch maps gigabytes of libraries
-    on import even on a machine without a GPU, which ``RLIMIT_AS`` would count), file size, CPU seconds, processes (threads
-    count too; the kernel applies it to any user but root, which is why a root-run batch
-    drops to ``nobody`` in the sandbox), open files, no core dumps. Limits only go down:
-    a limit the parent already set lower is kept."""
-    import resource
-
-    def lower(which, value):
-        soft, hard = resource.getrlimit(which)
-        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(which, (value, value))
-
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    for key, which in (("cpu_seconds", resource.RLIMIT_CPU), ("max_processes", resource.RLIMIT_NPROC),
-                       ("max_open_files", resource.RLIMIT_NOFILE)):
-        if int(spec.get(key, 0)) > 0:
-            lower(which, int(spec[key]))
-    cap = int(spec.get("file_size_cap", 0))
-    if cap > 0:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
-    memory_mb = int(spec.get("memory_mb", 0))
-    if memory_mb > 0:
-        resource.setrlimit(resource.RLIMIT_DATA, (memory_mb * 2**20, memory_mb * 2**20))
+from grading.contestant import apply_limits  # noqa: E402,F401  (the contestants' limits; kept importable here)
 
 
 def peak_rss_kb() -> dict:
@@ -235,21 +201,22 @@ def main(argv: list[str]) -> int:
     out = os.fdopen(options.results_fd, "w", encoding="utf-8")  # before any student code runs
     spec = json.loads(sys.stdin.read())
     sys.stdin.close()
-    apply_limits(spec)
     collect_only = spec.get("collect_only", False)
     os.chdir(spec["work_dir"])
     import torch
 
+    from grading import judge
+
     torch.manual_seed(0)
     torch.set_num_threads(int(spec.get("threads", 1)))
-    wire = None
-    if not collect_only:
-        from grading import tamper
-
-        protected = [ROOT / "tests", ROOT / "solutions"] + ([Path(spec["hidden_dir"])] if spec.get("hidden_dir") else [])
-        wire = tamper.install(Path(spec["work_dir"]), protected)
+    # This process is the judge: it runs no submission code. Every contestant it starts
+    # runs in the sandbox with these limits.
+    judge.configure(judge.Limits(memory_mb=int(spec.get("memory_mb", 0)), threads=int(spec.get("threads", 1)),
+                                 cuda_devices=spec.get("cuda_devices", ""), uid=spec.get("sandbox_uid"),
+                                 hide=list(spec.get("hide", [])), cpu_seconds=int(spec.get("cpu_seconds", 0)),
+                                 file_size_cap=int(spec.get("file_size_cap", 0))))
     hidden = [Path(spec["hidden_dir"])] if spec.get("hidden_dir") else []
-    collector = Collector(out, hidden, wire, spec.get("chapter", ""))
+    collector = Collector(out, hidden, None, spec.get("chapter", ""))
     args = [*spec["test_files"], "--notebooks", spec["notebooks"], "--rootdir", str(ROOT),
             "-c", str(ROOT / "pytest.ini"), "-q", "--no-header", "-o", "timeout=0",
             "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:nbval", "-p", "no:anyio",

@@ -65,6 +65,8 @@ def observe(exc: BaseException) -> dict | None:
 
     if isinstance(exc, (NotImplementedError, CellDidNotRun)) or not isinstance(exc, Exception):
         return None
+    if isinstance(getattr(type(exc), "status", None), str):  # a crash or a timeout of the contestant
+        return None
     if isinstance(exc, GradingFailure):
         return exc.observed or {"kind": "message", "text": _text(exc)}
     if isinstance(exc, AssertionError):

@@ -114,12 +114,19 @@ def run_checks(notebook, check: str, cases, *, timeout: float = 60.0, env: dict 
 def _one_child(notebook: Path, check: str, cases, limit: float, env: dict, timeout: float, overrides: dict,
                alone: dict | None):
     """Run ``cases`` in one child until it finishes or dies. Returns (results, cases not yet run)."""
-    with tempfile.TemporaryDirectory(prefix="isolation-") as tmp:
+    from grading.judge import hand_over
+
+    with tempfile.TemporaryDirectory(prefix="batch-", dir=_work()) as tmp:
         spec_path, results_path = Path(tmp) / "spec.json", Path(tmp) / "results.jsonl"
         output_path = Path(tmp) / "output.txt"
+        copy = Path(tmp) / notebook.name  # the sandbox sees this folder, not where the notebook lies
+        copy.write_bytes(notebook.read_bytes())
+        notebook = copy
+        hand_over(Path(tmp))
         spec_path.write_text(json.dumps({"notebook": str(notebook), "check": check, "cases": cases,
                                          "results": str(results_path), "output": str(output_path), "env": env,
                                          "alone": alone}))
+        hand_over(spec_path)
         code, timed_out = _launch(spec_path, output_path, env, limit, overrides)
         full = output_path.read_text(errors="replace") if output_path.exists() else ""
         tail = full[-OUTPUT_TAIL_CHARS:]
@@ -231,8 +238,11 @@ class _ForkServer:
     (CODE negative for a signal)."""
 
     def __init__(self, env: dict):
-        self.proc = subprocess.Popen([sys.executable, "-m", "grading.isolation", "--serve"], cwd=os.getcwd(), env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        from grading.judge import contain
+
+        argv, env = contain([sys.executable, "-m", "grading.isolation", "--serve"], _work(), env, show_tests=True)
+        self.proc = subprocess.Popen(argv, cwd=_work(), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
         self.buffer = b""
 
     def alive(self) -> bool:
@@ -284,8 +294,25 @@ def _close_servers() -> None:
 atexit.register(_close_servers)
 
 
+_WORK: list = []
+SANDBOX_VARIABLES = ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR",
+                     "GRADING_LIMITS")
+
+
+def _work() -> Path:
+    """The one folder this process's kernel-check children may write (their sandbox's work
+    folder, grading.judge.contain): each batch's spec, results and notebook copy live in it."""
+    if not _WORK:
+        _WORK.append(tempfile.TemporaryDirectory(prefix="isolation-"))
+    return Path(_WORK[0].name)
+
+
 def _serve() -> int:
     import importlib
+
+    from grading.contestant import apply_limits
+
+    apply_limits(json.loads(os.environ.get("GRADING_LIMITS", "{}") or "{}"))
 
     for name in PRELOAD:
         try:
@@ -320,8 +347,11 @@ def _forked_child(spec_path: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    # The sandbox's own folders (grading.judge.contain) win over the caller's environment.
+    sandboxed = {k: os.environ[k] for k in SANDBOX_VARIABLES if k in os.environ}
     os.environ.clear()
     os.environ.update(spec["env"])
+    os.environ.update(sandboxed)
     os.chdir(ROOT)
     for path in reversed(spec["env"].get("PYTHONPATH", "").split(os.pathsep)):
         if path and path not in sys.path:
@@ -343,11 +373,12 @@ def _launch(spec_path: Path, output_path: Path, env: dict, limit: float, overrid
             return server.run(spec_path, limit)
         except (RuntimeError, OSError, ValueError, IndexError, AttributeError):
             _servers.pop(key, None)  # the server died: fall back to a fresh interpreter
+    from grading.judge import contain
+
+    argv, env = contain([sys.executable, "-m", "grading.isolation", str(spec_path)], _work(), env, show_tests=True)
     with open(output_path, "w") as output:
-        # Same process group and working directory as the caller: a batch grader that
-        # kills its child's group on timeout kills this one too, and files stay in its temp dir.
-        child = subprocess.Popen([sys.executable, "-m", "grading.isolation", str(spec_path)], cwd=os.getcwd(), env=env,
-                                 stdout=output, stderr=subprocess.STDOUT)
+        child = subprocess.Popen(argv, cwd=_work(), env=env, stdout=output, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
         try:
             return child.wait(timeout=limit), False
         except subprocess.TimeoutExpired:
@@ -412,5 +443,14 @@ def _child(spec_path: str) -> int:
 
 __all__ = ["CheckResult", "GradingFailure", "run_checks", "shared_batch", "signal_name"]
 
+def _main() -> int:
+    if sys.argv[1] == "--serve":
+        return _serve()
+    from grading.contestant import apply_limits
+
+    apply_limits(json.loads(os.environ.get("GRADING_LIMITS", "{}") or "{}"))
+    return _child(sys.argv[1])
+
+
 if __name__ == "__main__":
-    sys.exit(_serve() if sys.argv[1] == "--serve" else _child(sys.argv[1]))
+    sys.exit(_main())

@@ -160,7 +160,14 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
 def load_notebook(path, *, skip_tags=(SKIP_TAG,), module_name: str | None = None, quiet: bool = True) -> LoadedNotebook:
     """Run the code cells of the notebook at ``path`` into a new module."""
     path = Path(path).resolve()
-    nb = read_notebook(path)
+    return run_notebook(read_notebook(path), path, skip_tags=skip_tags, module_name=module_name, quiet=quiet)
+
+
+def run_notebook(nb: nbformat.NotebookNode, path: Path, *, skip_tags=(SKIP_TAG,), module_name: str | None = None,
+                 quiet: bool = True) -> LoadedNotebook:
+    """Run the code cells of ``nb`` into a new module named for ``path`` (where its cells'
+    code is said to live: a contestant is handed the notebook's text, not a file)."""
+    path = Path(path)
     stem = re.sub(r"\W", "_", path.stem)
     name = module_name or f"notebook_{stem}_{next(_counter)}"
     module = types.ModuleType(name)

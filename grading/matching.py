@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+import stat
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,9 +102,22 @@ def _notebook_files(folder: Path) -> list[Path]:
         rel = path.relative_to(folder)
         if any(p in IGNORED_PARTS or p.startswith((".", "._")) for p in rel.parts):
             continue
-        if path.is_file() and path.suffix.lower() == ".ipynb":
+        if path.suffix.lower() == ".ipynb" and (path.is_file() or path.is_symlink()):
             found.append(path)
     return found
+
+
+LINK = "is a link, not a notebook"  # what needs_review.md says of a link handed in as a notebook
+
+
+def not_a_regular_file(path: Path) -> bool:
+    """A symbolic link, a hard link (a file with other names, which may lie outside the
+    submission), a FIFO or a device: read as a notebook, it would be some other file."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return True
+    return not stat.S_ISREG(info.st_mode) or info.st_nlink > 1
 
 
 def match_folder(student: str, folder: Path, chapters: list[Chapter]) -> Submission:
@@ -115,7 +129,9 @@ def match_folder(student: str, folder: Path, chapters: list[Chapter]) -> Submiss
     for path in _notebook_files(folder):
         m = match_name(path.name, chapters)
         shown = str(path.relative_to(folder))
-        if m.chapter is None:
+        if not_a_regular_file(path):
+            sub.unmatched.append((shown, f"{LINK}; it is not graded"))
+        elif m.chapter is None:
             sub.unmatched.append((shown, m.reason))
         else:
             candidates.setdefault(m.chapter.stem, []).append((path, m.exact))
@@ -148,6 +164,12 @@ def unpack_zip(path: Path, dest: Path) -> str:
             members = [i for i in zf.infolist() if i.filename.lower().endswith(".ipynb") and not i.is_dir()]
             members = [i for i in members if not any(p in IGNORED_PARTS or p.startswith((".", "._"))
                                                      for p in Path(i.filename).parts)]
+            # A symbolic link stored in the zip (Unix mode bits in external_attr): unpacked,
+            # it would become a file that names another; it is listed, never graded.
+            links = [i for i in members if stat.S_ISLNK(i.external_attr >> 16)]
+            if links:
+                return (f"{path.name} holds {Path(links[0].filename).name}, which {LINK}; "
+                        "hand in the notebook itself")
             if sum(i.file_size for i in members) > MAX_ZIP_NOTEBOOK_BYTES:
                 return f"the notebooks in {path.name} are larger than {MAX_ZIP_NOTEBOOK_BYTES // 2**20} MB unpacked"
             dest.mkdir(parents=True, exist_ok=True)

@@ -86,6 +86,9 @@ def classify(exc: BaseException) -> Status:
 
     if isinstance(exc, NotImplementedError):
         return Status.NOT_ATTEMPTED
+    declared = getattr(type(exc), "status", None)  # grading.judge: the contestant crashed, timed out, ...
+    if isinstance(exc, GradingFailure) and isinstance(declared, str):
+        return Status(declared)
     if out_of_memory(exc):
         return Status.MEMORY
     if isinstance(exc, (GradingFailure, AssertionError)):

@@ -32,7 +32,7 @@ from grading import diagnosis
 from grading.catalogue import Bug, load_catalogue
 from grading.outcome import classify, earned, summary
 from grading.compare import GradingFailure
-from grading.loader import CellDidNotRun, NotebookLoadError, load_notebook, read_notebook
+from grading.loader import CellDidNotRun, NotebookLoadError, read_notebook
 from grading import substitute  # issue 16: each exercise graded alone (fixture + hook)
 
 
@@ -124,23 +124,34 @@ class GradingState:
         return self.cache[key]
 
     def _load(self, variant: Variant, stem: str, tmp_factory):
+        """The variant's notebook as the judge grades it: a proxy whose code runs in a
+        contestant (grading.judge). Only a submission (``--notebooks``) must be a regular
+        file; the book's own notebooks and the ones made from them here are trusted."""
+        import nbformat
+
+        from grading.judge import RemoteNotebook, open_notebook
+
         name = f"{stem}.ipynb"
         try:
             if variant.kind == "graded":
-                return load_notebook(self.notebook_dir() / name)
+                folder = self.notebook_dir()
+                return open_notebook(folder / name, stem, trusted=folder == ROOT / "solutions")
             if variant.kind == "solution":
-                return load_notebook(ROOT / "solutions" / name)
+                return open_notebook(ROOT / "solutions" / name, stem, trusted=True)
             if variant.kind == "stub":
-                return load_notebook(ROOT / "exercises" / name)
+                return open_notebook(ROOT / "exercises" / name, stem, trusted=True)
             solution = read_notebook(ROOT / "solutions" / name)
-            folder = tmp_factory.mktemp(variant.id)
-            path = folder / name
             changed = substitute.only_solved(solution, variant.exercise, name) if variant.kind == "alone" \
                 else variant.bug.apply(solution, name)
-            path.write_text(__import__("nbformat").writes(changed))
-            return load_notebook(path)
+            return RemoteNotebook(ROOT / "solutions" / name, nbformat.writes(changed), stem, name)
         except NotebookLoadError as exc:
             return _Unloadable(f"the notebook could not be loaded: {exc}")
+
+    def close(self):
+        for notebook in self.cache.values():
+            close = getattr(type(notebook), "close", None)
+            if close is not None:
+                notebook.close()
 
     # -- reporting -------------------------------------------------------------
     def pytest_runtest_logreport(self, report):
@@ -348,7 +359,11 @@ def _exercise(item) -> str | None:
 
 
 def raised_where(exc: BaseException) -> str:
-    """``raised in notebook cell 4, line 7: x = y / z``: the innermost notebook line."""
+    """``raised in notebook cell 4, line 7: x = y / z``: the innermost notebook line (as
+    the contestant saw it, for an exception that came from there)."""
+    where = getattr(exc, "grading_where", "")
+    if where:
+        return where
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         if "#cell-" in frame.filename:
             cell = frame.filename.rsplit("#cell-", 1)[1]

@@ -150,8 +150,14 @@ def run_child(spec: dict, *, timeout: float, memory_mb: int, threads: int = 1, c
     notebooks, hidden = work / "notebooks", work / "hidden"
     notebooks.mkdir(parents=True)
     try:
+        from grading.judge import read_submission
+        from grading.loader import NotebookLoadError
+
         for name, source in spec.get("notebook_files", {}).items():
-            shutil.copyfile(source, notebooks / name)
+            try:  # a regular file only: a link is never followed to what it names
+                (notebooks / name).write_text(read_submission(Path(source)))
+            except NotebookLoadError:
+                pass  # the judge finds no notebook; matching has listed the link for review
         hidden_copies = []
         for source in spec.get("hidden_files", []):
             hidden.mkdir(exist_ok=True)
@@ -164,14 +170,16 @@ def run_child(spec: dict, *, timeout: float, memory_mb: int, threads: int = 1, c
                 "file_size_cap": FILE_SIZE_CAP, "cpu_seconds": int(timeout) + 5,
                 "max_processes": MAX_PROCESSES, "max_open_files": MAX_OPEN_FILES}
         read_fd, write_fd = os.pipe()
+        # The judge (grading.child) runs the graders and the hidden tests, never the
+        # notebook: it is not sandboxed itself. Its contestants are (grading.judge), each as
+        # the unprivileged uid reserved here for this student and chapter.
         argv = [sys.executable, "-m", "grading.child", "--results-fd", str(write_fd)]
         box = sandbox.status()
         result.sandboxed = box.sandboxed
         uid_slot = sandbox.child_uid() if box.sandboxed else contextlib.nullcontext()
         with uid_slot as uid:
-            if box.sandboxed:
-                sandbox.prepare_work_dir(work, uid)
-                argv = sandbox.wrap(argv, work=work, hide=list(hide), uid=uid, gpu=bool(cuda_devices))
+            full.update({"sandbox_uid": uid, "hide": [str(Path(h).resolve()) for h in hide],
+                         "cuda_devices": cuda_devices})
             _run(result, argv, work, full, read_fd, write_fd, timeout, env=child_env(work, threads, cuda_devices))
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -207,9 +215,6 @@ def _run(result: ChildResult, argv: list[str], work: Path, spec: dict, read_fd: 
         kill_group(proc.pid)
         result.returncode = proc.wait()
     kill_group(proc.pid)  # whatever it left running in the background
-    if result.sandboxed and SIGNAL_EXIT_BASE < result.returncode <= SIGNAL_EXIT_BASE + 64:
-        # bwrap reports a child killed by signal N as exit status 128 + N, as a shell does.
-        result.returncode = SIGNAL_EXIT_BASE - result.returncode
     with _live_lock:
         _live.discard(proc.pid)
     reader.join(timeout=5)

@@ -233,7 +233,15 @@ def graded_alone(namespace: dict, stem: str, exercise: str | None):
     if table is None or exercise is None:
         yield
         return
-    owned, references = table
+    with swapped(namespace, stem, exercise, *table):
+        yield
+
+
+@contextlib.contextmanager
+def swapped(namespace: dict, stem: str, exercise: str, owned: dict[str, str], references: dict):
+    """:func:`graded_alone` with the table given: ``owned`` names and their exercises,
+    ``references`` as in ``SUBSTITUTES`` (a contestant builds them from what the judge
+    sends, :mod:`grading.contestant`)."""
     swaps = _Swaps()
     _ACTIVE.append({"chapter": stem, "exercise": exercise})
     try:
@@ -317,9 +325,136 @@ def _graded_alone(request):
     from grading.plugin import _exercise
 
     notebook = request.getfixturevalue("nb")
-    module = getattr(notebook, "__dict__", {}).get("module")
-    if module is None:  # a notebook that could not be read
+    exercise = _exercise(request.node)
+    use = getattr(type(notebook), "use", None)
+    if use is not None:  # the judge's proxy: a contestant for this exercise, with its swap
+        notebook.use(exercise)
+    # Graders that start children of their own (grading.isolation, distlab) send it along.
+    swap = chapter_table(chapter.stem) is not None and exercise is not None
+    if swap:
+        _ACTIVE.append({"chapter": chapter.stem, "exercise": exercise})
+    try:
         yield
-        return
-    with graded_alone(module.__dict__, chapter.stem, _exercise(request.node)):
-        yield
+    finally:
+        if swap:
+            _ACTIVE.pop()
+
+
+# -- the judge and the contestant (grading.judge, grading.contestant) --------------------------
+REFERENCE_PREFIX = "tests."  # reference modules are sent as source; anything else is imported
+
+
+def _target(value) -> tuple[str, str]:
+    """``(module, qualname)`` of a reference: a function, a class, a method, or a
+    ``"package.module:function"`` string."""
+    if isinstance(value, str):
+        module, _, qualname = value.partition(":")
+        return module, qualname
+    return value.__module__, value.__qualname__
+
+
+def _spec(value) -> dict:
+    if isinstance(value, Calling):
+        module, qualname = _target(value.reference)
+        return {"ref": [module, qualname], "calling": list(value.names)}
+    module, qualname = _target(value)
+    return {"ref": [module, qualname], "calling": None}
+
+
+def _top_level_uses(tree: ast.Module) -> tuple[dict[str, ast.stmt], dict[str, set[str]]]:
+    """Each top-level definition of a module, and the top-level names its body uses."""
+    defs: dict[str, ast.stmt] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defs[node.name] = node
+    uses = {name: {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & set(defs) - {name}
+            for name, node in defs.items()}
+    return defs, uses
+
+
+def _closure(start: set[str], uses: dict[str, set[str]]) -> set[str]:
+    seen, todo = set(), list(start)
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in uses:
+            continue
+        seen.add(name)
+        todo += uses[name]
+    return seen
+
+
+def reference_package(stem: str, exercise: str | None) -> dict | None:
+    """What a contestant grading ``exercise`` alone is sent of the references: the owned
+    names, a spec per ``SUBSTITUTES`` entry, and the source of each reference module with
+    the definitions that answer ``exercise`` taken out (its own references, and every
+    helper only they use). A taken-out name that the remaining references still use is
+    bound, in the contestant, to the notebook's own object of that name (the student's
+    answer to the exercise graded). None for a chapter graded as a whole."""
+    table = chapter_table(stem)
+    if table is None or exercise is None:
+        return None
+    owned, references = table
+    mine = {name for name, owner in owned.items() if owner == exercise}
+    mine |= {name.rpartition(".")[0] for name in mine if "." in name}
+    specs = {name: _spec(value) for name, value in references.items()}
+    answers: dict[str, set[str]] = {}  # module -> top-level names that answer `exercise`
+    others: dict[str, set[str]] = {}
+    for name, spec in specs.items():
+        module, qualname = spec["ref"]
+        if not module.startswith(REFERENCE_PREFIX):
+            continue
+        side = answers if (name in mine or name.rpartition(".")[0] in mine) else others
+        side.setdefault(module, set()).add(qualname.split(".")[0])
+    modules = []
+    for module in sorted(set(answers) | set(others) | _called_modules(specs)):
+        path = Path(importlib.import_module(module).__file__)
+        source = path.read_text()
+        tree = ast.parse(source)
+        defs, uses = _top_level_uses(tree)
+        kept = _closure(others.get(module, set()), uses)
+        removed = _closure(answers.get(module, set()), uses) - kept
+        # Shared helpers that carry an exercise's own name are its answer too (``pages_needed``).
+        removed |= {n for n in kept & set(defs) if n in mine}
+        tree.body = [node for node in tree.body if getattr(node, "name", None) not in removed]
+        modules.append({"name": module, "file": str(path.relative_to(path.parents[2])), "source": ast.unparse(tree),
+                        "removed": sorted(removed)})
+    return {"owned": owned, "specs": specs, "modules": modules, "mine": sorted(mine)}
+
+
+def _called_modules(specs: dict) -> set[str]:
+    return {spec["ref"][0] for spec in specs.values() if spec["ref"][0].startswith(REFERENCE_PREFIX)}
+
+
+def references_from_package(package: dict, namespace: dict) -> tuple[dict[str, str], dict]:
+    """In the contestant: the reference modules built from their source (with the
+    removed names bound to the notebook's own), and ``SUBSTITUTES`` rebuilt from specs."""
+    import linecache
+    import sys
+
+    mine = set(package.get("mine", []))
+    built: dict[str, types.ModuleType] = {}
+    for entry in package["modules"]:
+        module = types.ModuleType(entry["name"])
+        filename = f"<reference {entry['file']}>"
+        module.__file__ = filename
+        source = entry["source"]
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        for name in entry["removed"]:
+            if name in namespace:
+                module.__dict__[name] = namespace[name]
+            else:
+                module.__dict__[name] = _stand_in(name, "the one graded", "the one graded", entry["name"])
+        sys.modules[entry["name"]] = module  # a "package.module:function" reference is found here
+        built[entry["name"]] = module
+        exec(compile(source, filename, "exec"), module.__dict__)
+        for name in entry["removed"]:  # the notebook's own answer, whatever the source rebinds
+            if name in namespace:
+                module.__dict__[name] = namespace[name]
+    references = {}
+    for name, spec in package["specs"].items():
+        if name in mine or name.rpartition(".")[0] in mine:
+            continue  # the exercise graded: the notebook's own
+        module, qualname = spec["ref"]
+        target = f"{module}:{qualname}"
+        references[name] = calling(target, *spec["calling"]) if spec["calling"] is not None else target
+    return dict(package["owned"]), references

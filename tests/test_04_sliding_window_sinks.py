@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grading.compare import GradingFailure, assert_close, assert_equal, assert_raises, call_text, chunks_text
+from grading.judge import data_ptr
 from tests.references import ref_04_sliding_window_sinks as ref
 
 # RoPE tolerances per dtype (the reference is complex128); cache copies are exact. The
@@ -154,11 +155,11 @@ def test_ring_writes_in_place_at_slot_p_mod_w(nb, name, window, chunks):
     ks, vs = stream(B, HKV, sum(chunks), D)
     cache = nb.RingKVCache(B, HKV, window, D)
     assert_equal(tuple(cache.k.shape), (B, HKV, window, D), f"RingKVCache({B}, {HKV}, {window}, {D}).k.shape")
-    pointers = (cache.k.data_ptr(), cache.v.data_ptr())
+    pointers = (data_ptr(cache, "k"), data_ptr(cache, "v"))
 
     def check(seen, done):
         label = f"RingKVCache(window={window}) {done}"
-        if (cache.k.data_ptr(), cache.v.data_ptr()) != pointers:
+        if (data_ptr(cache, "k"), data_ptr(cache, "v")) != pointers:
             raise GradingFailure(f"{label}: cache.k or cache.v was reallocated; append must write into the "
                                  "buffers allocated in __init__ (no torch.cat, no new tensor)")
         kept = ref.kept_positions(seen, window)
@@ -245,10 +246,10 @@ def test_sink_cache_is_preallocated(nb, name, num_sink, window, chunks):
     label = f"SinkKVCache(window={window}, num_sink={num_sink})"
     assert_equal(tuple(cache.sink_k.shape), (B, HKV, num_sink, D), f"{label}.sink_k.shape")
     assert_equal(tuple(cache.recent.k.shape), (B, HKV, window, D), f"{label}.recent.k.shape")
-    pointers = (cache.sink_k.data_ptr(), cache.sink_v.data_ptr(), cache.recent.k.data_ptr(), cache.recent.v.data_ptr())
+    pointers = tuple(data_ptr(cache, a) for a in ("sink_k", "sink_v", "recent.k", "recent.v"))
 
     def check(seen, done):
-        now = (cache.sink_k.data_ptr(), cache.sink_v.data_ptr(), cache.recent.k.data_ptr(), cache.recent.v.data_ptr())
+        now = tuple(data_ptr(cache, a) for a in ("sink_k", "sink_v", "recent.k", "recent.v"))
         if now != pointers:
             raise GradingFailure(f"{label} {done}: a buffer was reallocated")
         sinks = ref.kept_positions(min(seen, num_sink), num_sink)

@@ -10,9 +10,9 @@ import math
 
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
 from grading.compare import GradingFailure, assert_close, assert_equal, assert_raises, call_text, derived_atol
+from grading.judge import watching
 from tests.references import ref_05_flash_attention as ref
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
@@ -290,21 +290,6 @@ def test_full_attention_visits_every_tile_once(nb, N_q, N_k, bq, bk):
     assert_equal(sorted(visits), sorted(tiles(N_q, N_k, bq, bk, False)), call + ": the (q_start, k_start) tiles computed")
 
 
-class LargestTensor(TorchFunctionMode):
-    """Records the largest tensor any torch operation returns while active."""
-
-    def __init__(self):
-        super().__init__()
-        self.numel, self.shape, self.op = 0, None, None
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        for t in result if isinstance(result, (tuple, list)) else (result,):
-            if isinstance(t, torch.Tensor) and t.numel() > self.numel:
-                self.numel, self.shape, self.op = t.numel(), tuple(t.shape), getattr(func, "__name__", str(func))
-        return result
-
-
 @pytest.mark.ex5_5
 @pytest.mark.points(2)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -317,8 +302,7 @@ def test_never_materialises_scores_or_repeated_kv(nb, B, H, H_kv, N_q, N_k, D, b
     """No intermediate may be as large as the N_q x N_k score matrix or as K repeated
     for every query head: the largest allowed is twice the biggest input or tile."""
     q, k, v = make_qkv(B, H, H_kv, N_q, N_k, D, torch.float32)
-    watch = LargestTensor()
-    with watch:
+    with watching(nb, "largest_tensor") as watch:  # in the contestant, where the code runs (grading.watch)
         nb.flash_attention(q, k, v, causal=causal, block_q=bq, block_k=bk)
     allowed = 2 * max(q.numel(), k.numel(), B * H * bq * bk)
     if watch.numel > allowed:

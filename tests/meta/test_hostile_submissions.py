@@ -202,8 +202,10 @@ def test_hostile_students_earn_nothing(graded, student):
 
 @pytest.mark.parametrize("student, statuses", [
     ("kill_group", {"crashed"}),
-    ("ctypes_patch", {"tampered"}),
-    ("forge_results", {"tampered"}),
+    # The judge runs no notebook code: a patch of grading.compare and forged lines on
+    # every descriptor reach only the contestant, whose stubs are then graded as stubs.
+    ("ctypes_patch", {"not attempted"}),
+    ("forge_results", {"not attempted", "tampered"}),
 ])
 def test_attacks_that_leave_a_trace_get_their_status(graded, student, statuses):
     got = {r["status"] for r in _rows(graded, student)}

@@ -1,0 +1,496 @@
+"""The contestant: the one process that runs a submission's code, and answers calls.
+
+The judge (pytest with the graders, :mod:`grading.judge`) never imports a notebook. It
+starts one *zygote* per grading process, in the sandbox (:mod:`grading.sandbox`):
+``python -m grading.contestant --zygote --control-fd N`` imports torch once and waits.
+For each notebook and exercise the judge wants graded it sends the zygote one end of
+a new socket pair; the zygote forks, and the fork becomes a contestant:
+
+1. it reads its spec (:class:`Spawn`: the notebook's JSON text, the exercise graded,
+   the references of the *other* exercises as source text, see
+   :func:`grading.substitute.reference_package`), loads the notebook
+   (:func:`grading.loader.run_notebook`), swaps the other exercises' names for those
+   references, and replies with what the load found;
+2. then it answers requests (:data:`OPS`) until the socket closes: get a name, call a
+   function, read or set an attribute, a few of Python's protocols (``len``, ``iter``,
+   ``getitem``). Values cross as :mod:`grading.wire` encodes them; an object that is not
+   a plain value stays here and crosses as a handle.
+
+Nothing here is trusted by the judge: a submission owns this process and may rewrite
+any of it. What matters is what it cannot do: reach the judge's memory (another
+process), read the hidden tests or the references of the exercise under test (never
+sent, and ``tests/`` is not in the sandbox), or make the judge build an object of its
+choosing (the judge decodes plain values only).
+
+The zygote understands three control messages (one JSON datagram each, on a
+``SOCK_SEQPACKET`` socket): ``spawn`` (with the socket's end attached), ``kill`` (the
+contestant's process group) and ``wait`` (its exit status, once it has ended).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from grading import wire
+
+CONTROL_DATAGRAM = 4096  # bytes of one control message
+SUBMISSION_DIR = Path("/submission")  # where a contestant says its notebook's cells live
+
+
+@dataclass
+class Spawn:
+    """What a new contestant is told (the first message on its socket)."""
+
+    notebook: str  # the notebook's JSON text
+    name: str  # "01_kv_memory.ipynb"
+    stem: str
+    exercise: str | None = None  # the exercise graded; the others' names are references
+    references: dict | None = None  # grading.substitute.reference_package
+    threads: int = 1
+    seed: int = 0
+    rank: dict | None = None  # Chapter 10: {"rank": r, "world_size": P, "port": n, "op_timeout": s}
+    bounds_checked: bool = False  # Chapter 7: every Triton load and store checked (grading.triton_bounds)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Spawn":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass
+class LoadReport:
+    """What loading the notebook found, sent back once (the judge checks every field)."""
+
+    problems: list[dict] = field(default_factory=list)  # grading.loader.CellProblem, as dicts
+    placeholders: dict[str, str] = field(default_factory=dict)
+    output_chars: int = 0
+    borrowed: list[str] = field(default_factory=list)  # grading.tamper.borrowed_names
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data) -> "LoadReport":
+        if not isinstance(data, dict) or set(data) != set(cls.__dataclass_fields__):
+            raise wire.WireError("a load report without its fields")
+        problems, placeholders = data["problems"], data["placeholders"]
+        if not (isinstance(problems, list) and len(problems) < 10_000 and all(wire._problem_ok(p) for p in problems)):
+            raise wire.WireError("a load report whose problems are not cell problems")
+        if not (isinstance(placeholders, dict) and all(isinstance(k, str) and isinstance(v, str) and len(v) < 2000
+                                                       for k, v in placeholders.items())):
+            raise wire.WireError("a load report whose placeholders are not names")
+        borrowed = data["borrowed"]
+        if not (isinstance(borrowed, list) and all(isinstance(b, str) and len(b) < 2000 for b in borrowed[:100])):
+            raise wire.WireError("a load report whose notes are not text")
+        if type(data["output_chars"]) is not int:
+            raise wire.WireError("a load report whose output count is not a count")
+        return cls(problems, placeholders, data["output_chars"], borrowed[:100])
+
+
+# -- limits ---------------------------------------------------------------------------------------
+def apply_limits(spec: dict):
+    """Memory (``RLIMIT_DATA``: what a process allocates, heap and private mappings, not the
+    address space its libraries reserve; a CUDA build of torch maps gigabytes of libraries
+    on import even on a machine without a GPU, which ``RLIMIT_AS`` would count), file size,
+    CPU seconds, processes (threads count too; the kernel applies it to any user but root,
+    which is why a root-run grader drops to an unprivileged uid in the sandbox), open
+    files, no core dumps. Limits only go down: a limit already set lower is kept."""
+    import resource
+
+    def lower(which, value):
+        soft, hard = resource.getrlimit(which)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(which, (value, value))
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for key, which in (("cpu_seconds", resource.RLIMIT_CPU), ("max_processes", resource.RLIMIT_NPROC),
+                       ("max_open_files", resource.RLIMIT_NOFILE)):
+        if int(spec.get(key, 0)) > 0:
+            lower(which, int(spec[key]))
+    cap = int(spec.get("file_size_cap", 0))
+    if cap > 0:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+    memory_mb = int(spec.get("memory_mb", 0))
+    if memory_mb > 0:
+        resource.setrlimit(resource.RLIMIT_DATA, (memory_mb * 2**20, memory_mb * 2**20))
+
+
+# -- the zygote -----------------------------------------------------------------------------------
+def zygote(control: socket.socket, limits: dict) -> int:
+    apply_limits(limits)
+    import numpy  # noqa: F401  (imported once here, shared by every fork)
+    import torch
+
+    import grading.compare  # noqa: F401
+    import grading.loader  # noqa: F401
+    import grading.substitute  # noqa: F401
+
+    # As the judge does (grading.plugin): memory a notebook allocates and never writes
+    # reads as NaN or the largest integer, the same on every run.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    children: set[int] = set()
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, CONTROL_DATAGRAM, 1)
+        except OSError:
+            break
+        if not data:
+            break
+        try:
+            message = json.loads(data)
+        except ValueError:
+            continue
+        op = message.get("op")
+        if op == "spawn" and fds:
+            pid = os.fork()
+            if pid == 0:
+                control.close()
+                os.setpgid(0, 0)  # its own group: a kill takes whatever it started with it
+                code = 1
+                try:
+                    code = contestant(socket.socket(fileno=fds[0]))
+                finally:
+                    os._exit(code)
+            os.close(fds[0])
+            children.add(pid)
+            _reply(control, {"pid": pid})
+        elif op == "kill" and message.get("pid") in children:
+            for target in (-message["pid"], message["pid"]):
+                try:
+                    os.kill(target, signal.SIGKILL)
+                except OSError:
+                    pass
+            _reply(control, {"killed": message["pid"]})
+        elif op == "wait" and message.get("pid") in children:
+            pid = message["pid"]
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:
+                status = 0
+            children.discard(pid)
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            _reply(control, {"pid": pid, "returncode": code})
+        else:
+            for fd in fds:
+                os.close(fd)
+            _reply(control, {"error": f"unknown control message {op!r}"})
+    return 0
+
+
+def _reply(control: socket.socket, message: dict):
+    try:
+        control.send(json.dumps(message).encode())
+    except OSError:
+        pass
+
+
+# -- one contestant -------------------------------------------------------------------------------
+class Contestant:
+    """The loaded notebook and the objects handed out as handles."""
+
+    def __init__(self, sock: socket.socket, spawn: Spawn):
+        self.sock = sock
+        self.spawn = spawn
+        self.objects: dict[int, object] = {}
+        self.ids: dict[int, int] = {}  # id(object) -> handle
+        self.loaded = None
+        self.watch = None  # a grading.watch mode while the judge watches
+
+    # handles
+    def handle(self, value) -> dict:
+        import numpy as np
+        import torch
+
+        plain = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset, torch.Tensor, np.ndarray,
+                 np.generic)
+        for base in plain:
+            if isinstance(value, base):
+                return wire.refused(value, f"it is a subclass of {base.__module__}.{base.__qualname__}; return a "
+                                           f"plain {base.__qualname__}")
+        key = id(value)
+        if key not in self.ids:
+            self.ids[key] = len(self.objects) + 1
+            self.objects[self.ids[key]] = value
+        node = {"t": "handle", "id": self.ids[key], "name": _name_of(value), "callable": callable(value)}
+        if isinstance(value, type):
+            node["kind"] = "class"
+            node["exception"] = issubclass(value, BaseException)
+            node["bases"] = [c.__name__ for c in value.__mro__ if c.__module__ == "builtins"]
+        elif callable(value):
+            node["kind"] = "function"
+        else:
+            node["kind"] = "object"
+        return node
+
+    def find(self, node):
+        obj = self.objects.get(node.get("id"))
+        if obj is None:
+            raise wire.WireError("a handle this process never gave out")
+        return obj
+
+    def place(self, device: str) -> str:
+        return device
+
+    # messages
+    def decode(self, node, buffers):
+        return wire.Decoder(buffers, handle=self.find, strict=False, place=self.place).decode(node)
+
+    def reply(self, value=None, *, mutated=None, error: BaseException | None = None):
+        if error is not None:
+            header = {"error": remote_error(error).to_json()}
+            wire.send(self.sock, header)
+            return
+        encoder = wire.Encoder(handle=self.handle)
+        try:
+            header = {"value": encoder.encode(value), "mutated": [[i, encoder.encode(v)] for i, v in (mutated or [])]}
+        except wire.WireError as exc:
+            wire.send(self.sock, {"error": remote_error(exc, kind="wire").to_json()})
+            return
+        wire.send(self.sock, header, encoder.buffers)
+
+    def serve(self):
+        while True:
+            try:
+                request, buffers = wire.receive(self.sock)
+            except wire.ChannelClosed:
+                return
+            op = request.get("op")
+            handler = OPS.get(op)
+            if handler is None:
+                self.reply(error=wire.WireError(f"unknown request {op!r}"))
+                continue
+            try:
+                value, mutated = handler(self, request, buffers)
+            except BaseException as exc:  # a student's SystemExit must not end the contestant unseen
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                self.reply(error=exc)
+                continue
+            self.reply(value, mutated=mutated)
+
+
+def _name_of(value) -> str:
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+    if not isinstance(name, str):
+        name = type(value).__qualname__
+    return name[:200]
+
+
+def _op_get(c: Contestant, request, buffers):
+    return getattr(c.loaded, str(request.get("name"))), None
+
+
+def _op_has(c: Contestant, request, buffers):
+    return c.loaded.has(str(request.get("name"))), None
+
+
+def _op_getattr(c: Contestant, request, buffers):
+    return getattr(c.find(request.get("h", {})), str(request.get("name"))), None
+
+
+def _op_setattr(c: Contestant, request, buffers):
+    setattr(c.find(request.get("h", {})), str(request.get("name")), c.decode(request.get("value"), buffers))
+    return None, None
+
+
+def _op_call(c: Contestant, request, buffers):
+    import torch
+
+    fn = c.find(request.get("h", {}))
+    args = c.decode(request.get("args"), buffers)
+    kwargs = c.decode(request.get("kwargs"), buffers)
+    # What the grader handed in that a call may fill in place: lists, dicts, tensors.
+    before = {i: a.detach().clone() for i, a in _slots(args, kwargs) if isinstance(a, torch.Tensor)}
+    if c.watch is not None:  # watched: the notebook's own operations, not this process's decoding
+        with c.watch:
+            value = fn(*args, **kwargs)
+    else:
+        value = fn(*args, **kwargs)
+    mutated = []
+    for i, a in _slots(args, kwargs):
+        if isinstance(a, (list, dict)):
+            mutated.append((i, a))
+        elif i in before and not _same(before[i], a):
+            mutated.append((i, a))
+    return value, mutated
+
+
+def _slots(args, kwargs):
+    yield from enumerate(args)
+    yield from kwargs.items()
+
+
+def _same(a, b) -> bool:
+    import torch
+
+    return a.shape == b.shape and a.dtype == b.dtype and (
+        a.numel() == 0 or torch.equal(a.reshape(-1).view(torch.uint8), b.detach().reshape(-1).view(torch.uint8)))
+
+
+def _op_protocol(c: Contestant, request, buffers):
+    obj = c.find(request.get("h", {}))
+    name = request.get("name")
+    args = c.decode(request.get("args", {"t": "list", "v": []}), buffers)
+    if name == "len":
+        return len(obj), None
+    if name == "iter":
+        return list(obj), None
+    if name == "getitem":
+        return obj[args[0]], None
+    if name == "setitem":
+        obj[args[0]] = args[1]
+        return None, None
+    if name == "contains":
+        return args[0] in obj, None
+    if name == "bool":
+        return bool(obj), None
+    if name == "repr":
+        return repr(obj)[:2000], None
+    if name == "isinstance":
+        return isinstance(obj, c.find(args[0])), None
+    if name == "data_ptr":  # where a tensor attribute's memory is (an in-place rule), "recent.k"
+        for part in str(args[0]).split("."):
+            obj = getattr(obj, part)
+        return int(obj.data_ptr()), None
+    raise wire.WireError(f"unknown protocol {name!r}")
+
+
+def _op_watch(c: Contestant, request, buffers):
+    """Start a watch of grading.watch by name, or stop the one running and return what it saw."""
+    from grading.watch import WATCHES
+
+    name = str(request.get("name"))
+    if name == "stop":
+        watch = c.watch
+        c.watch = None
+        return (watch.result() if watch is not None else None), None
+    if name not in WATCHES or c.watch is not None:
+        raise wire.WireError(f"no watch {name!r} can start now")
+    c.watch = WATCHES[name]()  # entered around each call until stopped (_op_call)
+    return None, None
+    raise wire.WireError(f"unknown protocol {name!r}")
+
+
+def _op_service(c: Contestant, request, buffers):
+    """Library code run on the notebook's objects (Chapter 7's compiler reports)."""
+    from grading import services
+
+    args = c.decode(request.get("args"), buffers)
+    return services.run(str(request.get("name")), *args), None
+
+
+OPS = {"get": _op_get, "has": _op_has, "getattr": _op_getattr, "setattr": _op_setattr, "call": _op_call,
+       "protocol": _op_protocol, "service": _op_service, "watch": _op_watch}
+
+
+def remote_error(exc: BaseException, kind: str = "") -> wire.RemoteError:
+    from grading.compare import GradingFailure
+    from grading.loader import CellDidNotRun
+
+    problems, name = [], ""
+    if not kind:
+        if isinstance(exc, CellDidNotRun):
+            kind, name = "cell_did_not_run", exc.name
+            problems = [{"cell": p.cell, "kind": p.kind, "message": str(p.message)[:2000], "memory": bool(p.memory)}
+                        for p in exc.problems]
+        elif isinstance(exc, NotImplementedError):
+            kind = "not_implemented"
+        elif isinstance(exc, GradingFailure):
+            kind = "grading_failure"
+    if isinstance(exc, NameError) and isinstance(getattr(exc, "name", None), str):
+        name = exc.name
+    cls = type(exc)
+    bases = [c.__name__ for c in cls.__mro__ if c.__module__ == "builtins"]
+    return wire.RemoteError(type=cls.__name__, bases=bases, message=_text(exc)[: wire.MESSAGE_TEXT_CAP], kind=kind,
+                            notebook_class=str(cls.__module__).startswith("notebook_"), where=_where(exc),
+                            problems=problems, name=name)
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return f"(a {type(exc).__name__} whose message could not be read)"
+
+
+def _where(exc: BaseException) -> str:
+    """``raised in notebook cell 4, line 7: x = y / z``: the innermost notebook line."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if "#cell-" in frame.filename:
+            cell = frame.filename.rsplit("#cell-", 1)[1]
+            return f"raised in notebook cell {cell}, line {frame.lineno}: {(frame.line or '').strip()}"[:1000]
+    return ""
+
+
+def contestant(sock: socket.socket) -> int:
+    """A fork of the zygote: read the spawn spec, load, serve."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    header, _ = wire.receive(sock)
+    spawn = Spawn.from_json(header)
+    import torch
+
+    import nbformat
+
+    from grading import substitute
+    from grading.loader import run_notebook
+
+    torch.manual_seed(spawn.seed)
+    torch.set_num_threads(max(1, int(spawn.threads)))
+    c = Contestant(sock, spawn)
+    try:
+        node = nbformat.reads(spawn.notebook, as_version=4)
+    except Exception as exc:  # the judge read it already; a notebook it could read but nbformat cannot
+        wire.send(sock, {"error": remote_error(exc, kind="unreadable").to_json()})
+        return 0
+    if spawn.rank:
+        from grading import ranks
+
+        ranks.join(spawn.rank)
+    loaded = run_notebook(node, SUBMISSION_DIR / spawn.name)
+    c.loaded = loaded
+    report = LoadReport(problems=[{"cell": p.cell, "kind": p.kind, "message": str(p.message)[:2000],
+                                   "memory": bool(p.memory)} for p in loaded.problems],
+                        placeholders=dict(loaded.placeholders), output_chars=len(loaded.output))
+    try:
+        from grading import tamper
+
+        report.borrowed = tamper.borrowed_names(loaded.module)
+    except Exception:
+        pass
+    if spawn.references is not None and spawn.exercise:
+        owned, references = substitute.references_from_package(spawn.references, loaded.module.__dict__)
+        swap = substitute.swapped(loaded.module.__dict__, spawn.stem, spawn.exercise, owned, references)
+        swap.__enter__()  # for this contestant's whole life: it grades one exercise
+    if spawn.bounds_checked:
+        from grading.triton_bounds import bounds_checked
+
+        bounds_checked().__enter__()
+    wire.send(sock, {"ready": report.to_json()})
+    c.serve()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grading.contestant")
+    parser.add_argument("--zygote", action="store_true")
+    parser.add_argument("--control-fd", type=int, required=True)
+    options = parser.parse_args(argv)
+    control = socket.socket(fileno=options.control_fd)
+    limits = json.loads(os.environ.pop("GRADING_LIMITS", "{}") or "{}")
+    os.dup2(2, 1)  # what the notebook prints goes to the judge's capped log, never to a channel
+    return zygote(control, limits)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,683 @@
+"""The judge's side of a submission: the notebook as a proxy, its code in a contestant.
+
+The graders read as they always have: ``nb.flash_attention(q, k, v, causal=True)``. But
+``nb`` is a :class:`RemoteNotebook`: the call goes over a socket to a contestant
+(:mod:`grading.contestant`, in the sandbox), and what comes back is rebuilt here from
+bytes as a plain value (:mod:`grading.wire`): a ``torch.Tensor``, an ``int``, a tuple of
+them. An object of the notebook's own (a ``PagedKVCache``) stays in the contestant and
+is a :class:`Remote` here, whose attributes and methods are calls again. The judge never
+holds an object the submission made, so nothing the notebook defines (``__eq__``,
+``__torch_function__``, a patched ``Collector``) runs where the points are decided.
+
+One contestant serves one notebook and one exercise: when a test of another exercise
+asks, the judge starts a fresh one with that exercise's swap (``grading.substitute``)
+and the references of the *other* exercises only. A crash or a timeout costs the call
+that was running (:class:`ContestantCrashed`, :class:`ContestantTimedOut`); the next call
+starts a new contestant.
+
+Contestants are forks of one *zygote* per judge process (:class:`Launcher`), started in
+the sandbox where this machine has one: ``import torch`` is paid once, a contestant
+costs a fork and the notebook's cells.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grading import wire
+from grading.compare import GradingFailure
+from grading.contestant import LoadReport, Spawn
+from grading.layout import ROOT, TESTS
+from grading.loader import CellDidNotRun, CellProblem, NotebookLoadError, NotImplementedExercise
+
+CALL_TIMEOUT_S = float(os.environ.get("GRADING_CALL_TIMEOUT", 120))  # one call into the notebook
+LOAD_TIMEOUT_S = float(os.environ.get("GRADING_LOAD_TIMEOUT", 120))  # loading it in a contestant
+LOG_CAP = 64 * 1024  # bytes of the contestants' stdout and stderr kept (the tail of a crash)
+MAX_PROCESSES = 256  # processes and threads of one zygote's uid (gloo ranks and their threads count)
+
+
+class ContestantFailure(GradingFailure):
+    """The contestant could not answer: the status says why (grading.outcome.classify)."""
+
+    status = "error"
+
+
+class ContestantCrashed(ContestantFailure):
+    status = "crashed"
+
+
+class ContestantTimedOut(ContestantFailure):
+    status = "timed out"
+
+
+class ContestantBroken(ContestantFailure):
+    """It answered with something the protocol does not allow (a forged or oversized
+    message): stopped, and reported for review."""
+
+    status = "tampered"
+
+
+# -- the zygote ---------------------------------------------------------------------------------
+@dataclass
+class Limits:
+    """What the contestants of one judge may take, and where their sandbox is."""
+
+    memory_mb: int = 4096
+    threads: int = 1
+    cuda_devices: str = ""
+    uid: int | None = None  # a root-run grader's unprivileged uid (grading.sandbox.child_uid)
+    hide: list[str] = field(default_factory=list)  # folders the sandbox covers
+    cpu_seconds: int = 0
+    file_size_cap: int = 512 * 2**20
+    max_processes: int = MAX_PROCESSES
+    max_open_files: int = 1024
+
+
+class Launcher:
+    """One zygote per judge process, started when first needed (and again if it died)."""
+
+    def __init__(self, limits: Limits | None = None):
+        self.limits = limits or Limits()
+        self.proc: subprocess.Popen | None = None
+        self.control: socket.socket | None = None
+        self.lock = threading.Lock()
+        self.log = bytearray()
+        self.log_bytes = 0
+        self.work: tempfile.TemporaryDirectory | None = None
+        self.sandboxed = False
+
+    def _start(self):
+        from grading import runner, sandbox
+
+        self.close()
+        self.work = tempfile.TemporaryDirectory(prefix="contestant-")
+        work = Path(self.work.name)
+        judge_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [sys.executable, "-m", "grading.contestant", "--zygote", "--control-fd", str(zygote_end.fileno())]
+        box = sandbox.status()
+        self.sandboxed = box.sandboxed
+        uid = self.limits.uid if self.limits.uid is not None else _default_uid()
+        if box.sandboxed:
+            sandbox.prepare_work_dir(work, uid if os.geteuid() == 0 else None)
+            argv = sandbox.wrap(argv, work=work, hide=[TESTS, *map(Path, self.limits.hide)], uid=uid,
+                                gpu=bool(self.limits.cuda_devices))
+        env = runner.child_env(work, self.limits.threads, self.limits.cuda_devices)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+        env["GRADING_LIMITS"] = json.dumps({
+            "memory_mb": self.limits.memory_mb, "cpu_seconds": self.limits.cpu_seconds,
+            "file_size_cap": self.limits.file_size_cap, "max_processes": self.limits.max_processes,
+            "max_open_files": self.limits.max_open_files})
+        self.proc = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, pass_fds=(zygote_end.fileno(),),
+                                     start_new_session=True)
+        zygote_end.close()
+        self.control = judge_end
+        threading.Thread(target=self._drain, args=(self.proc.stdout,), daemon=True).start()
+
+    def _drain(self, stream):
+        while True:
+            data = stream.read1(65536)
+            if not data:
+                return
+            self.log_bytes += len(data)
+            self.log += data
+            if len(self.log) > LOG_CAP:
+                del self.log[: len(self.log) - LOG_CAP]
+
+    def tail(self, chars: int = 3000) -> str:
+        return self.log.decode("utf-8", "replace")[-chars:]
+
+    def _control(self, message: dict, fds=(), timeout: float = 60.0) -> dict:
+        self.control.settimeout(timeout)
+        if fds:
+            socket.send_fds(self.control, [json.dumps(message).encode()], list(fds))
+        else:
+            self.control.send(json.dumps(message).encode())
+        data = self.control.recv(4096)
+        if not data:
+            raise ConnectionError("the zygote closed its control socket")
+        return json.loads(data)
+
+    def spawn(self) -> tuple[socket.socket, int]:
+        """A new contestant: the judge's end of its socket, and its pid in the sandbox."""
+        with self.lock:
+            for attempt in range(2):
+                if self.proc is None or self.proc.poll() is not None:
+                    self._start()
+                mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    reply = self._control({"op": "spawn"}, [theirs.fileno()])
+                    theirs.close()
+                    return mine, int(reply["pid"])
+                except (OSError, ValueError, KeyError, ConnectionError):
+                    mine.close()
+                    theirs.close()
+                    self._start()  # the zygote died (a contestant may kill it): once more, fresh
+            raise ContestantCrashed("the grader could not start a process for the notebook")
+
+    def end(self, pid: int, kill: bool = True) -> int | None:
+        """Kill (or just reap) a contestant; its exit status (negative: a signal), if known."""
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                return None
+            try:
+                if kill:
+                    self._control({"op": "kill", "pid": pid}, timeout=10)
+                return self._control({"op": "wait", "pid": pid}, timeout=10).get("returncode")
+            except (OSError, ValueError, ConnectionError):
+                return None
+
+    def close(self):
+        if self.proc is not None:
+            from grading.runner import kill_group
+
+            kill_group(self.proc.pid)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.proc = None
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+        if self.work is not None:
+            self.work.cleanup()
+            self.work = None
+
+
+def _default_uid() -> int | None:
+    """A uid for a pytest run's contestants: one per xdist worker, so two workers' process
+    limits never share a count (a batch passes its own, grading.sandbox.child_uid)."""
+    from grading.sandbox import SANDBOX_UIDS
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
+    return SANDBOX_UIDS[128 + index % 128]
+
+
+_LAUNCHER: Launcher | None = None
+
+
+def launcher() -> Launcher:
+    global _LAUNCHER
+    if _LAUNCHER is None:
+        _LAUNCHER = Launcher()
+        atexit.register(_LAUNCHER.close)
+    return _LAUNCHER
+
+
+def configure(limits: Limits):
+    """The limits of this judge's contestants (grading.child, from the batch's spec)."""
+    global _LAUNCHER
+    if _LAUNCHER is not None:
+        _LAUNCHER.close()
+    _LAUNCHER = Launcher(limits)
+    atexit.register(_LAUNCHER.close)
+
+
+# -- one contestant, from the judge's side ----------------------------------------------------
+class Session:
+    """A live contestant: send a request, read its answer within a deadline."""
+
+    generation = 0
+
+    def __init__(self, spawn: Spawn, launch: Launcher):
+        Session.generation += 1
+        self.generation = Session.generation
+        self.launch = launch
+        self.sock, self.pid = launch.spawn()
+        self.dead = ""
+        wire.send(self.sock, spawn.to_json())
+        header, _ = self._answer(LOAD_TIMEOUT_S, "loading the notebook")
+        if "ready" not in header:
+            error = wire.RemoteError.from_json(header.get("error"))
+            raise NotebookLoadError(error.message)
+        self.report = LoadReport.from_json(header["ready"])
+
+    def _answer(self, timeout: float, what: str) -> tuple[dict, bytes]:
+        self.sock.settimeout(timeout)
+        try:
+            return wire.receive(self.sock)
+        except socket.timeout:
+            self._stop(f"{what} took longer than {timeout:g} s and was stopped", ContestantTimedOut)
+        except wire.ChannelClosed:
+            code = self.launch.end(self.pid, kill=True)
+            from grading.outcome import describe_signal
+
+            how = describe_signal(-code) if code is not None and code < 0 else f"exit status {code}"
+            tail = self.launch.tail()
+            self._stop(f"the notebook's process ended while {what} ({how})"
+                       + (f"\n  last output:\n{_indent(tail)}" if tail.strip() else ""), ContestantCrashed, ended=True)
+        except wire.WireError as exc:
+            self._stop(f"the notebook's process sent what the grader cannot read while {what}: {exc}",
+                       ContestantBroken)
+        except OSError as exc:
+            self._stop(f"the channel to the notebook's process failed while {what}: {exc}", ContestantCrashed)
+
+    def _stop(self, why: str, cls, ended: bool = False):
+        self.dead = why
+        if not ended:
+            self.launch.end(self.pid, kill=True)
+        self.sock.close()
+        raise cls(why)
+
+    def request(self, header: dict, buffers: list[bytes], what: str, timeout: float = CALL_TIMEOUT_S):
+        if self.dead:
+            raise ContestantCrashed(f"the notebook's process had already stopped: {self.dead}")
+        try:
+            wire.send(self.sock, header, buffers)
+        except OSError as exc:
+            self._stop(f"the notebook's process could not be reached ({exc})", ContestantCrashed)
+        return self._answer(timeout, what)
+
+    def close(self):
+        if not self.dead:
+            self.dead = "closed"
+            self.sock.close()
+            self.launch.end(self.pid, kill=True)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.rstrip().splitlines())
+
+
+# -- the proxies ----------------------------------------------------------------------------------
+class Remote:
+    """An object that stays in the contestant: a function, a class or an instance."""
+
+    __slots__ = ("_nb", "_id", "_kind", "_name", "_generation", "__weakref__")
+
+    def __init__(self, nb: "RemoteNotebook", node: dict, generation: int):
+        object.__setattr__(self, "_nb", nb)
+        object.__setattr__(self, "_id", node["id"])
+        object.__setattr__(self, "_kind", node["kind"])
+        object.__setattr__(self, "_name", node["name"])
+        object.__setattr__(self, "_generation", generation)
+
+    @property
+    def __name__(self):
+        return self._name.rsplit(".", 1)[-1]
+
+    def _node(self):
+        return {"t": "handle", "id": self._id}
+
+    def _ask(self, op: str, what: str, **fields):
+        return self._nb._ask(op, what, handle=self, **fields)
+
+    def __call__(self, *args, **kwargs):
+        return self._nb._call(self, args, kwargs)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return self._ask("getattr", f"reading `{self._name}.{name}`", name=name)
+
+    def __setattr__(self, name: str, value):
+        self._ask("setattr", f"setting `{self._name}.{name}`", name=name, value=value)
+
+    def __len__(self):
+        return self._ask("protocol", f"len({self._name})", name="len")
+
+    def __iter__(self):
+        return iter(self._ask("protocol", f"iterating over {self._name}", name="iter"))
+
+    def __getitem__(self, key):
+        return self._ask("protocol", f"{self._name}[...]", name="getitem", args=[key])
+
+    def __setitem__(self, key, value):
+        self._ask("protocol", f"{self._name}[...] = ...", name="setitem", args=[key, value])
+
+    def __contains__(self, item):
+        return self._ask("protocol", f"... in {self._name}", name="contains", args=[item])
+
+    def __bool__(self):
+        return self._ask("protocol", f"bool({self._name})", name="bool")
+
+    def __repr__(self):
+        return f"<{self._kind} {self._name} of the notebook>"
+
+
+class RemoteNotebook:
+    """The notebook under test, as graders see it: attribute access reads its names.
+
+    ``use(exercise)`` says which exercise the next calls grade (the autouse fixture of
+    ``grading.substitute`` calls it); a contestant for that exercise is started on the
+    first call that needs one."""
+
+    def __init__(self, path: Path, text: str, stem: str, name: str, launch: Launcher | None = None,
+                 extra: dict | None = None, on_disk: bool = False):
+        self.origin = path
+        self.on_disk = on_disk  # ``path`` holds exactly ``text`` (else a copy is written when asked)
+        self._copy: tempfile.TemporaryDirectory | None = None
+        self.text = text
+        self.stem = stem
+        self.display = name
+        self.launch = launch
+        self.extra = extra or {}
+        self.exercise: str | None = None
+        self.session: Session | None = None
+        self.report = LoadReport()
+        self.loaded_once = False
+        self.exceptions: dict[str, type] = {}  # the notebook's exception classes, as classes of the judge's own
+        self.remotes: dict[tuple[int, int], Remote] = {}
+
+    # -- what LoadedNotebook offered ----------------------------------------------------------
+    @property
+    def path(self) -> Path:
+        """A file holding this notebook's text, for the graders that start children of
+        their own (grading.isolation, distlab): the notebook itself, or a copy made here."""
+        if self.on_disk:
+            return self.origin
+        if self._copy is None:
+            self._copy = tempfile.TemporaryDirectory(prefix="notebook-")
+            (Path(self._copy.name) / self.display).write_text(self.text)
+        return Path(self._copy.name) / self.display
+
+    @property
+    def name(self) -> str:
+        return self.display
+
+    @property
+    def problems(self) -> list[CellProblem]:
+        return [CellProblem(p["cell"], p["kind"], p["message"], p["memory"]) for p in self.report.problems]
+
+    @property
+    def errors(self) -> list[CellProblem]:
+        return [p for p in self.problems if p.kind == "error"]
+
+    @property
+    def placeholders(self) -> dict[str, str]:
+        return dict(self.report.placeholders)
+
+    def use(self, exercise: str | None):
+        if exercise != self.exercise:
+            self.exercise = exercise
+            self.close()
+
+    def close(self):
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+    def _session(self) -> Session:
+        if self.session is None or self.session.dead:
+            from grading import substitute
+
+            spawn = Spawn(notebook=self.text, name=self.display, stem=self.stem, exercise=self.exercise,
+                          references=substitute.reference_package(self.stem, self.exercise), **self.extra)
+            self.session = Session(spawn, self.launch or launcher())
+            self.report = self.session.report
+            self.loaded_once = True
+        return self.session
+
+    def __getattr__(self, item: str):
+        if item.startswith("__"):
+            raise AttributeError(item)
+        return self._ask("get", f"reading `{item}`", name=item)
+
+    def has(self, item: str) -> bool:
+        return self._ask("has", f"looking for `{item}`", name=item)
+
+    # -- the calls ------------------------------------------------------------------------------
+    def _encoder(self, session: Session) -> wire.Encoder:
+        def handle(value):
+            if isinstance(value, Remote):
+                if value._nb is not self or value._generation != session.generation:
+                    raise GradingFailure(f"`{value._name}` came from an earlier process of the notebook, which "
+                                         "has stopped; the grader cannot pass it on")
+                return value._node()
+            name = wire.callable_name(value)
+            if name is not None:
+                return {"t": "fn", "v": name}
+            raise GradingFailure(f"grader error: a {type(value).__qualname__} cannot be sent to the notebook")
+
+        return wire.Encoder(handle=handle)
+
+    def _ask(self, op: str, what: str, handle: Remote | None = None, timeout: float = CALL_TIMEOUT_S, **fields):
+        session = self._session()
+        if handle is not None and handle._generation != session.generation:
+            raise ContestantCrashed(f"`{handle._name}` lived in a process of the notebook that has stopped")
+        encoder = self._encoder(session)
+        header = {"op": op}
+        if handle is not None:
+            header["h"] = handle._node()
+        for key, value in fields.items():
+            header[key] = value if key == "name" else encoder.encode(value)
+        reply, buffers = session.request(header, encoder.buffers, what, timeout)
+        return self._result(reply, buffers, session, what)
+
+    def _call(self, fn: Remote, args: tuple, kwargs: dict, timeout: float = CALL_TIMEOUT_S):
+        session = self._session()
+        if fn._generation != session.generation:
+            raise ContestantCrashed(f"`{fn._name}` lived in a process of the notebook that has stopped")
+        encoder = self._encoder(session)
+        header = {"op": "call", "h": fn._node(), "args": encoder.encode(list(args)),
+                  "kwargs": encoder.encode(dict(kwargs))}
+        what = f"calling `{fn._name}`"
+        reply, buffers = session.request(header, encoder.buffers, what, timeout)
+        value = self._result(reply, buffers, session, what)
+        self._write_back(reply.get("mutated"), buffers, session, args, kwargs, what)
+        return value
+
+    def _decoder(self, buffers: bytes, session: Session) -> wire.Decoder:
+        def handle(node):
+            if not (isinstance(node.get("id"), int) and node.get("kind") in ("class", "function", "object")
+                    and isinstance(node.get("name"), str)):
+                raise wire.WireError("a handle without its id, kind and name")
+            if node["kind"] == "class" and node.get("exception") is True:
+                return self.exception_class(node["name"], node.get("bases"))
+            key = (session.generation, node["id"])
+            if key not in self.remotes:
+                self.remotes[key] = Remote(self, node, session.generation)
+            return self.remotes[key]
+
+        return wire.Decoder(buffers, handle=handle, strict=True)
+
+    def _result(self, reply: dict, buffers: bytes, session: Session, what: str):
+        if "error" in reply:
+            try:
+                error = wire.RemoteError.from_json(reply["error"])
+            except wire.WireError as exc:
+                session._stop(f"{what}: {exc}", ContestantBroken)
+            raise self.rebuild(error)
+        if "value" not in reply:
+            session._stop(f"{what}: an answer without a value", ContestantBroken)
+        try:
+            return self._decoder(buffers, session).decode(reply["value"])
+        except wire.RefusedValue as exc:
+            raise GradingFailure(f"{what}: the notebook {exc}") from None
+        except wire.WireError as exc:
+            session._stop(f"{what}: {exc}", ContestantBroken)
+
+    def _write_back(self, mutated, buffers, session, args, kwargs, what):
+        """Lists, dicts and tensors the grader passed and the call changed, changed here too."""
+        import torch
+
+        if not isinstance(mutated, list):
+            session._stop(f"{what}: an answer whose changed arguments are not a list", ContestantBroken)
+        decoder = self._decoder(buffers, session)
+        for entry in mutated:
+            if not (isinstance(entry, list) and len(entry) == 2):
+                session._stop(f"{what}: a changed argument that is not a pair", ContestantBroken)
+            slot, node = entry
+            if type(slot) is int and 0 <= slot < len(args):
+                original = args[slot]
+            elif isinstance(slot, str) and slot in kwargs:
+                original = kwargs[slot]
+            else:
+                session._stop(f"{what}: a changed argument the grader never passed", ContestantBroken)
+            try:
+                value = decoder.decode(node)
+            except (wire.WireError, wire.RefusedValue) as exc:
+                raise GradingFailure(f"{what}: an argument the notebook changed cannot come back: {exc}") from None
+            if isinstance(original, list) and isinstance(value, list):
+                original[:] = value
+            elif isinstance(original, dict) and isinstance(value, dict):
+                original.clear()
+                original.update(value)
+            elif isinstance(original, torch.Tensor) and isinstance(value, torch.Tensor):
+                if value.shape != original.shape or value.dtype != original.dtype:
+                    raise GradingFailure(f"{what}: the notebook changed the shape or dtype of an argument")
+                with torch.no_grad():
+                    original.copy_(value)
+
+    # -- exceptions ---------------------------------------------------------------------------
+    def exception_class(self, name: str, bases) -> type:
+        """The judge's own class for the notebook's exception class ``name``: the same
+        name, derived from the nearest built-in exception among its bases."""
+        if name not in self.exceptions:
+            base = next((wire.BUILTIN_ERRORS[b] for b in (bases or []) if b in wire.BUILTIN_ERRORS), Exception)
+            short = name.rsplit(".", 1)[-1]
+            self.exceptions[name] = type(short if short.isidentifier() else "NotebookError", (base,),
+                                         {"__module__": "notebook", "__qualname__": short})
+        return self.exceptions[name]
+
+    def rebuild(self, error: wire.RemoteError) -> BaseException:
+        """The exception to raise here for one raised in the contestant."""
+        if error.kind == "cell_did_not_run":
+            problems = [CellProblem(p["cell"], p["kind"], p["message"], p["memory"]) for p in error.problems]
+            exc = CellDidNotRun(error.name or "?", self.display, problems)
+        elif error.kind == "not_implemented":
+            exc = (NotImplementedExercise if error.type == "NotImplementedExercise" else NotImplementedError)(error.message)
+        elif error.kind == "grading_failure":
+            exc = GradingFailure(error.message)
+        elif error.kind == "wire":
+            exc = GradingFailure(f"the notebook returned a value the grader cannot read: {error.message}")
+        elif error.notebook_class:
+            exc = self.exception_class(error.type, error.bases)(error.message)
+        elif error.type == "KeyError" and len(error.message) >= 2 and error.message[0] == error.message[-1] == "'":
+            import ast
+
+            try:  # str(KeyError('k')) quotes the key: build the one whose text is the same
+                exc = KeyError(ast.literal_eval(error.message))
+            except (ValueError, SyntaxError):
+                exc = KeyError(error.message)
+        elif error.type == "NameError":
+            exc = NameError(error.message, name=error.name or None)
+        elif error.type in wire.BUILTIN_ERRORS:
+            exc = wire.BUILTIN_ERRORS[error.type](error.message)
+        else:
+            base = next((wire.BUILTIN_ERRORS[b] for b in error.bases if b in wire.BUILTIN_ERRORS), Exception)
+            exc = type(error.type if error.type.isidentifier() else "NotebookError", (base,),
+                       {"__module__": "notebook"})(error.message)
+        exc.grading_where = error.where
+        return exc
+
+
+def read_submission(path: Path) -> str:
+    """The text of a notebook handed in, read as a regular file only: a symbolic link, a
+    hard link (a file with other names), a FIFO or a device is refused (NotebookLoadError)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise NotebookLoadError(f"{path} does not exist") from None
+    except OSError as exc:
+        if Path(path).is_symlink():
+            raise NotebookLoadError(f"{Path(path).name} is a link, not a notebook") from None
+        raise NotebookLoadError(f"{path} cannot be read: {exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotebookLoadError(f"{Path(path).name} is not a regular file, not a notebook")
+        if info.st_nlink > 1:
+            raise NotebookLoadError(f"{Path(path).name} is a link (a file with {info.st_nlink} names), not a notebook")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read()
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NotebookLoadError(f"{Path(path).name} is not UTF-8 text, not a notebook") from None
+
+
+def open_notebook(path: Path, stem: str, *, name: str | None = None, trusted: bool = False, extra=None) -> RemoteNotebook:
+    """The notebook at ``path`` as the judge grades it. ``trusted`` (the book's own
+    solutions and stubs) skips the regular-file rule, which guards submissions."""
+    import nbformat
+
+    text = Path(path).read_text() if trusted else read_submission(Path(path))
+    try:
+        nbformat.reads(text, as_version=4)
+    except Exception as exc:
+        raise NotebookLoadError(f"{Path(path).name} is not a readable notebook: {type(exc).__name__}: {exc}") from None
+    return RemoteNotebook(Path(path), text, stem, name or f"{stem}.ipynb", extra=extra, on_disk=trusted)
+
+
+# -- what only the contestant can see -------------------------------------------------------------
+class Watched:
+    """What a watch saw (its fields are those of grading.watch's ``result()``)."""
+
+    def __init__(self):
+        self.seen: list[str] = []
+        self.numel, self.shape, self.op = 0, None, None
+
+
+@contextlib.contextmanager
+def watching(nb: RemoteNotebook, name: str):
+    """``with watching(nb, "non_finite") as watch:`` the calls inside run under that watch of
+    grading.watch in the contestant; on leaving, ``watch`` holds what it saw."""
+    watched = Watched()
+    nb._ask("watch", f"starting the {name} watch", name=name)
+    try:
+        yield watched
+    finally:
+        seen = nb._ask("watch", "reading the watch", name="stop") if nb.session and not nb.session.dead else None
+        if isinstance(seen, dict):
+            watched.seen = [str(s) for s in seen.get("seen", [])] if isinstance(seen.get("seen"), list) else []
+            numel = seen.get("numel", 0)
+            watched.numel = numel if type(numel) is int else 0
+            watched.shape = tuple(seen["shape"]) if isinstance(seen.get("shape"), (list, tuple)) else None
+            watched.op = seen.get("op") if isinstance(seen.get("op"), str) else None
+
+
+def data_ptr(obj: Remote, attribute: str) -> int:
+    """Where the tensor ``obj.attribute`` ("recent.k") keeps its memory, in the contestant."""
+    return obj._ask("protocol", f"reading {obj._name}.{attribute}.data_ptr()", name="data_ptr", args=[attribute])
+
+
+def contain(argv: list[str], work: Path, env: dict, *, show_tests: bool = False) -> tuple[list[str], dict]:
+    """``argv`` and ``env`` for a child that loads the notebook itself (Chapter 7's kernel
+    checks, Chapter 10's gloo ranks), in the sandbox of this judge's contestants: the same
+    uid, the same folders hidden, ``work`` its only writable folder, and the limits set by
+    the child (``GRADING_LIMITS``, :func:`grading.contestant.apply_limits`). ``show_tests``
+    leaves ``tests/`` visible, for children that import the graders' check functions."""
+    from grading import sandbox
+
+    limits = launcher().limits
+    env = {**env, "HOME": str(work), "TMPDIR": str(work), "TRITON_CACHE_DIR": str(work / ".triton"),
+           "MPLCONFIGDIR": str(work / ".matplotlib"), "XDG_CACHE_HOME": str(work / ".cache"),
+           "TORCHINDUCTOR_CACHE_DIR": str(work / ".inductor"),
+           "GRADING_LIMITS": json.dumps({"memory_mb": limits.memory_mb, "file_size_cap": limits.file_size_cap,
+                                         "max_processes": limits.max_processes,
+                                         "max_open_files": limits.max_open_files})}
+    if not sandbox.status().sandboxed:
+        return argv, env
+    uid = limits.uid if limits.uid is not None else _default_uid()
+    sandbox.prepare_work_dir(work, uid if os.geteuid() == 0 else None)
+    hide = [*map(Path, limits.hide)] + ([] if show_tests else [TESTS])
+    return sandbox.wrap(argv, work=work, hide=hide, uid=uid, gpu=bool(limits.cuda_devices)), env
+
+
+def hand_over(path: Path) -> None:
+    """Let the sandbox's uid (a root-run judge's, see :func:`contain`) use ``path``, a
+    folder or file the judge made inside a contained child's work folder."""
+    from grading import sandbox
+
+    if os.geteuid() != 0 or not sandbox.status().sandboxed:
+        return
+    limits = launcher().limits
+    sandbox.prepare_work_dir(Path(path), limits.uid if limits.uid is not None else _default_uid())

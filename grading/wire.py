@@ -1,0 +1,466 @@
+"""What crosses between the judge and a contestant: framed messages of plain values.
+
+The judge (pytest with the graders, the references and the hidden tests) never runs a
+submission's code; a contestant (:mod:`grading.contestant`, in the sandbox) loads the
+notebook and answers calls. Everything between them is one kind of message:
+
+    frame   = header length (4 bytes, big-endian) | buffers length (8 bytes) | header | buffers
+    header  = one JSON object (UTF-8), at most HEADER_CAP bytes
+    buffers = the raw bytes of every tensor and array the header names, back to back
+
+A value is JSON's own ``null``, ``true``/``false``, an integer, a float (``NaN`` and
+``Infinity`` included) or a string, each read back as exactly that Python type, or an
+object ``{"t": kind, ...}``:
+
+    list, tuple, set, dict (as pairs), namedtuple (fields and values)
+    tensor (dtype, shape, device, a buffer), ndarray, npscalar (dtype, a buffer)
+    dtype, device, size (torch.Size), slice, ellipsis
+    handle (an object that stays in the contestant: its id, kind and name)
+    fn (judge to contestant only: a library callable from :data:`ALLOWED_CALLABLES`)
+    refused (contestant to judge: a value of a type that may not cross, named)
+
+The judge decodes strictly: an unknown kind, a wrong field, a frame over its cap is a
+:class:`WireError`, and what it builds are plain values of the types above, never an
+object the submission chose. The contestant decodes what the judge sends leniently.
+An exception crosses as :class:`RemoteError` (its type's name, its built-in bases,
+the message, where in the notebook it was raised).
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import math
+import socket
+import struct
+from dataclasses import asdict, dataclass, field
+
+HEADER_CAP = 4 * 2**20  # bytes of one message's JSON: values, names, messages
+BUFFERS_CAP = 1024 * 2**20  # bytes of one message's tensors and arrays
+MESSAGE_TEXT_CAP = 16 * 1024  # characters of an exception message the judge keeps
+MAX_DEPTH = 32  # nesting of containers in one value
+MAX_ITEMS = 1_000_000  # entries of all containers in one value
+_PREFIX = struct.Struct(">IQ")
+
+
+class WireError(Exception):
+    """A message that is not what the protocol allows: too large, not JSON, the wrong
+    shape. The judge treats its sender as broken (it may be hostile) and stops it."""
+
+
+class ChannelClosed(WireError):
+    """The other end closed the channel (the contestant exited or was killed)."""
+
+
+# -- frames ------------------------------------------------------------------------------------
+def send(sock: socket.socket, header: dict, buffers: list[bytes] = ()) -> None:
+    data = json.dumps(header, separators=(",", ":"), allow_nan=True).encode()
+    total = sum(len(b) for b in buffers)
+    sock.sendall(_PREFIX.pack(len(data), total) + data)
+    for b in buffers:
+        sock.sendall(b)
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            raise ChannelClosed("the channel closed")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def receive(sock: socket.socket, header_cap: int = HEADER_CAP, buffers_cap: int = BUFFERS_CAP) -> tuple[dict, bytes]:
+    """One message: ``(header, buffers)``. A frame over a cap is refused before it is
+    read (:class:`WireError` says how large it claimed to be)."""
+    n_header, n_buffers = _PREFIX.unpack(_read_exact(sock, _PREFIX.size))
+    if n_header > header_cap:
+        raise WireError(f"a message of {n_header} bytes, over the {header_cap} byte cap")
+    if n_buffers > buffers_cap:
+        raise WireError(f"a message with {n_buffers} bytes of tensors, over the {buffers_cap} byte cap")
+    raw = _read_exact(sock, n_header)
+    buffers = _read_exact(sock, n_buffers) if n_buffers else b""
+    try:
+        header = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise WireError(f"a message that is not JSON ({exc})") from None
+    if not isinstance(header, dict):
+        raise WireError("a message that is not a JSON object")
+    return header, buffers
+
+
+# -- errors ------------------------------------------------------------------------------------
+# Exceptions the judge re-raises as themselves; any other type is re-raised as the nearest
+# of these among its bases (a notebook's `class OutOfPages(RuntimeError)` as a class of
+# the judge's own with that name and base, see grading.judge).
+BUILTIN_ERRORS = {name: getattr(builtins, name) for name in (
+    "ArithmeticError", "AssertionError", "AttributeError", "BufferError", "EOFError", "Exception", "FloatingPointError",
+    "ImportError", "IndexError", "KeyError", "LookupError", "MemoryError", "ModuleNotFoundError", "NameError",
+    "NotImplementedError", "OSError", "OverflowError", "RecursionError", "ReferenceError", "RuntimeError",
+    "StopIteration", "SystemError", "TypeError", "UnboundLocalError", "UnicodeError", "ValueError",
+    "ZeroDivisionError")}
+
+
+@dataclass
+class RemoteError:
+    """An exception raised in the contestant, as plain fields.
+
+    ``kind`` says which of the grader's own exceptions it is, if any: ``"not_implemented"``
+    (a stub), ``"cell_did_not_run"`` (``problems`` lists the cells), ``"grading_failure"``
+    (a stand-in's "grader error", ``observed`` its observation), ``"wire"`` (a value that
+    may not cross); ``""`` for the notebook's own exceptions."""
+
+    type: str
+    bases: list[str]
+    message: str
+    kind: str = ""
+    notebook_class: bool = False  # the type was defined by the notebook
+    where: str = ""  # "raised in notebook cell 4, line 7: x = y / z"
+    problems: list[dict] = field(default_factory=list)
+    name: str = ""  # for cell_did_not_run: the missing name
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data) -> "RemoteError":
+        """Strict: every field of its type, texts cut to MESSAGE_TEXT_CAP."""
+        if not isinstance(data, dict) or set(data) != set(cls.__dataclass_fields__):
+            raise WireError("an error message without the fields of RemoteError")
+        text = {k: data[k] for k in ("type", "message", "kind", "where", "name")}
+        if not all(isinstance(v, str) for v in text.values()) or not isinstance(data["notebook_class"], bool):
+            raise WireError("an error message whose fields are not of their types")
+        bases, problems = data["bases"], data["problems"]
+        if not (isinstance(bases, list) and all(isinstance(b, str) for b in bases) and len(bases) < 64):
+            raise WireError("an error message whose bases are not names")
+        if not (isinstance(problems, list) and len(problems) < 1000 and all(_problem_ok(p) for p in problems)):
+            raise WireError("an error message whose problems are not cell problems")
+        message = text["message"]
+        if len(message) > MESSAGE_TEXT_CAP:
+            message = (message[:MESSAGE_TEXT_CAP] + f"... (a message of {len(data['message'])} characters, "
+                       f"cut at {MESSAGE_TEXT_CAP} by the grader)")
+        return cls(type=text["type"][:200], bases=[b[:200] for b in bases], message=message, kind=text["kind"][:40],
+                   notebook_class=data["notebook_class"], where=text["where"][:1000], problems=problems,
+                   name=text["name"][:200])
+
+
+def _problem_ok(p) -> bool:
+    return (isinstance(p, dict) and set(p) == {"cell", "kind", "message", "memory"} and isinstance(p["cell"], int)
+            and isinstance(p["kind"], str) and isinstance(p["message"], str) and isinstance(p["memory"], bool)
+            and len(p["message"]) <= MESSAGE_TEXT_CAP)
+
+
+# -- values ------------------------------------------------------------------------------------
+# Library callables a grader may pass as an argument (``exp=torch.exp2``): they go by name.
+ALLOWED_CALLABLES = ("torch.exp", "torch.exp2", "torch.log", "torch.log2", "torch.softmax", "torch.relu",
+                     "torch.sigmoid", "torch.tanh", "torch.sqrt", "torch.rsqrt", "math.exp", "math.log", "math.sqrt",
+                     "torch.nn.functional.silu", "torch.nn.functional.softplus", "torch.nn.functional.gelu",
+                     "torch.nn.functional.scaled_dot_product_attention", "torch.matmul", "torch.einsum")
+
+
+def callable_name(fn) -> str | None:
+    """The allowlisted name of a library callable, or None."""
+    import importlib
+
+    for name in ALLOWED_CALLABLES:
+        module, _, attr = name.rpartition(".")
+        try:
+            if getattr(importlib.import_module(module), attr) is fn:
+                return name
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def resolve_callable(name: str):
+    import importlib
+
+    if name not in ALLOWED_CALLABLES:
+        raise WireError(f"the callable {name!r} is not one that may cross")
+    module, _, attr = name.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+def dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def torch_dtype(name: str):
+    import torch
+
+    value = getattr(torch, name, None) if isinstance(name, str) and name.isidentifier() else None
+    if not isinstance(value, torch.dtype):
+        raise WireError(f"{name!r} is not a torch dtype")
+    return value
+
+
+class Encoder:
+    """Turns a value into its JSON node and the buffers it names. ``handle`` is called
+    for an object that is not a plain value (the contestant's side: it keeps the object
+    and returns a handle node; the judge's side: it raises, or sends a handle back)."""
+
+    def __init__(self, handle=None):
+        self.buffers: list[bytes] = []
+        self.offset = 0
+        self.handle = handle
+        self.items = 0
+
+    def buffer(self, data: bytes) -> list[int]:
+        start = self.offset
+        self.buffers.append(data)
+        self.offset += len(data)
+        return [start, len(data)]
+
+    def encode(self, value, depth: int = 0):
+        import numpy as np
+        import torch
+
+        self.items += 1
+        if depth > MAX_DEPTH or self.items > MAX_ITEMS:
+            raise WireError(f"a value nested deeper than {MAX_DEPTH} or with more than {MAX_ITEMS} entries")
+        kind = type(value)
+        if value is None or kind in (bool, str):
+            return value
+        if kind is int:
+            return value if abs(value) < 2**63 else {"t": "bigint", "v": str(value)}
+        if kind is float:
+            return value if math.isfinite(value) else {"t": "float", "v": repr(value)}
+        if kind in (list, tuple, set, frozenset):
+            tag = {list: "list", tuple: "tuple", set: "set", frozenset: "set"}[kind]
+            return {"t": tag, "v": [self.encode(v, depth + 1) for v in value]}
+        if kind is dict:
+            return {"t": "dict", "v": [[self.encode(k, depth + 1), self.encode(v, depth + 1)] for k, v in value.items()]}
+        if kind in (torch.Tensor, torch.nn.Parameter):
+            return self.tensor(value)
+        if kind is torch.Size:
+            return {"t": "size", "v": [int(v) for v in value]}
+        if kind is torch.dtype:
+            return {"t": "dtype", "v": dtype_name(value)}
+        if kind is torch.device:
+            return {"t": "device", "v": str(value)}
+        if kind is slice:
+            return {"t": "slice", "v": [self.encode(value.start, depth + 1), self.encode(value.stop, depth + 1),
+                                        self.encode(value.step, depth + 1)]}
+        if value is Ellipsis:
+            return {"t": "ellipsis"}
+        if kind is np.ndarray and value.dtype != object:
+            data = np.ascontiguousarray(value)
+            return {"t": "ndarray", "dtype": data.dtype.str, "shape": list(data.shape), "buf": self.buffer(data.tobytes())}
+        if isinstance(value, np.generic) and kind.__module__ == "numpy" and value.dtype != object:
+            return {"t": "npscalar", "dtype": value.dtype.str, "buf": self.buffer(value.tobytes())}
+        if isinstance(value, tuple) and hasattr(kind, "_fields") and kind.__module__ in ("torch.return_types",):
+            return {"t": "tuple", "v": [self.encode(v, depth + 1) for v in value]}
+        if isinstance(value, tuple) and hasattr(kind, "_fields"):
+            fields = list(kind._fields)
+            if all(isinstance(f, str) and f.isidentifier() for f in fields):
+                return {"t": "namedtuple", "name": kind.__name__[:100], "fields": fields,
+                        "v": [self.encode(v, depth + 1) for v in value]}
+        if self.handle is not None:
+            return self.handle(value)
+        raise WireError(f"a {kind.__module__}.{kind.__qualname__} cannot be sent to the notebook")
+
+    def tensor(self, t):
+        import torch
+
+        device = str(t.device)
+        if t.device.type == "meta":
+            raise WireError("a meta tensor has no values to send")
+        data = t.detach().to("cpu").contiguous()
+        if data.is_quantized or data.is_sparse or data.is_complex() and False:
+            raise WireError("a quantized or sparse tensor cannot cross")
+        raw = data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""
+        return {"t": "tensor", "dtype": dtype_name(data.dtype), "shape": list(data.shape), "device": device,
+                "requires_grad": bool(t.requires_grad), "buf": self.buffer(raw)}
+
+
+def refused(value, why: str) -> dict:
+    """The node for a value that may not cross: the judge raises with ``why``."""
+    kind = type(value)
+    return {"t": "refused", "type": f"{kind.__module__}.{kind.__qualname__}"[:200], "why": why[:500]}
+
+
+class Decoder:
+    """Builds plain values from a node and its buffers. ``handle(node)`` builds the
+    judge's stand-in for a contestant's object (or, in the contestant, finds the object);
+    ``strict`` (the judge) refuses anything off the schema."""
+
+    def __init__(self, buffers: bytes, handle=None, strict: bool = True, place=None):
+        self.data = memoryview(buffers)
+        self.handle = handle
+        self.strict = strict
+        self.items = 0
+        self.place = place  # device for tensors (the contestant: where the judge's tensors were)
+
+    def _buf(self, node) -> bytes:
+        buf = node.get("buf")
+        if not (isinstance(buf, list) and len(buf) == 2 and all(type(b) is int and b >= 0 for b in buf)
+                and buf[0] + buf[1] <= len(self.data)):
+            raise WireError("a tensor whose buffer lies outside the message")
+        return bytes(self.data[buf[0]: buf[0] + buf[1]])
+
+    def decode(self, node, depth: int = 0):
+        self.items += 1
+        if depth > MAX_DEPTH or self.items > MAX_ITEMS:
+            raise WireError(f"a value nested deeper than {MAX_DEPTH} or with more than {MAX_ITEMS} entries")
+        if node is None or type(node) in (bool, int, float, str):
+            return node
+        if not isinstance(node, dict) or not isinstance(node.get("t"), str):
+            raise WireError(f"a value of no known kind ({type(node).__name__})")
+        t = node["t"]
+        if t in ("list", "tuple", "set"):
+            items = self._items(node)
+            values = [self.decode(v, depth + 1) for v in items]
+            if t == "set":
+                try:
+                    return set(values)
+                except TypeError:
+                    raise WireError("a set of values that cannot be hashed") from None
+            return values if t == "list" else tuple(values)
+        if t == "dict":
+            out = {}
+            for pair in self._items(node):
+                if not (isinstance(pair, list) and len(pair) == 2):
+                    raise WireError("a dict entry that is not a pair")
+                key = self.decode(pair[0], depth + 1)
+                try:
+                    out[key] = self.decode(pair[1], depth + 1)
+                except TypeError:
+                    raise WireError("a dict key that cannot be hashed") from None
+            return out
+        if t == "namedtuple":
+            return self._namedtuple(node, depth)
+        if t == "bigint":
+            return int(self._text(node, 5000))
+        if t == "float":
+            text = self._text(node, 10)
+            if text not in ("nan", "inf", "-inf"):
+                raise WireError("a float that is not nan or infinite")
+            return float(text)
+        if t == "tensor":
+            return self._tensor(node)
+        if t == "ndarray":
+            import numpy as np
+
+            dtype = self._np_dtype(node)
+            shape = self._shape(node)
+            data = np.frombuffer(self._buf(node), dtype=dtype)
+            if data.size != math.prod(shape):
+                raise WireError("an array whose bytes do not fill its shape")
+            return data.reshape(shape).copy()
+        if t == "npscalar":
+            import numpy as np
+
+            dtype = self._np_dtype(node)
+            data = np.frombuffer(self._buf(node), dtype=dtype)
+            if data.size != 1:
+                raise WireError("a numpy scalar of more than one value")
+            return data[0]
+        if t == "size":
+            import torch
+
+            return torch.Size(self._ints(node))
+        if t == "dtype":
+            return torch_dtype(node.get("v"))
+        if t == "device":
+            import torch
+
+            try:
+                return torch.device(self._text(node, 50))
+            except RuntimeError:
+                raise WireError("a device torch does not know") from None
+        if t == "slice":
+            parts = self._items(node)
+            if len(parts) != 3:
+                raise WireError("a slice without start, stop and step")
+            return slice(*(self.decode(p, depth + 1) for p in parts))
+        if t == "ellipsis":
+            return Ellipsis
+        if t == "handle" and self.handle is not None:
+            return self.handle(node)
+        if t == "fn" and not self.strict:
+            return resolve_callable(node.get("v"))
+        if t == "refused":
+            raise RefusedValue(str(node.get("type", "?"))[:200], str(node.get("why", ""))[:500])
+        raise WireError(f"a value of the unknown kind {t!r}")
+
+    def _items(self, node) -> list:
+        items = node.get("v")
+        if not isinstance(items, list):
+            raise WireError("a container without its items")
+        return items
+
+    def _text(self, node, cap: int) -> str:
+        v = node.get("v")
+        if not isinstance(v, str) or len(v) > cap:
+            raise WireError("a value whose text is missing or too long")
+        return v
+
+    def _ints(self, node) -> list[int]:
+        v = node.get("v")
+        if not (isinstance(v, list) and all(type(x) is int and x >= 0 for x in v)):
+            raise WireError("a size that is not a list of counts")
+        return v
+
+    def _shape(self, node) -> list[int]:
+        shape = node.get("shape")
+        if not (isinstance(shape, list) and len(shape) <= 64 and all(type(x) is int and x >= 0 for x in shape)):
+            raise WireError("a shape that is not a list of counts")
+        return shape
+
+    def _np_dtype(self, node):
+        import numpy as np
+
+        try:
+            dtype = np.dtype(node.get("dtype"))
+        except TypeError:
+            raise WireError("an array of no known dtype") from None
+        if dtype.hasobject or dtype.kind in "OV":
+            raise WireError("an array of Python objects cannot cross")
+        return dtype
+
+    def _tensor(self, node):
+        import torch
+
+        dtype = torch_dtype(node.get("dtype"))
+        shape = self._shape(node)
+        raw = self._buf(node)
+        element = torch.empty((), dtype=dtype).element_size()
+        if len(raw) != math.prod(shape) * element:
+            raise WireError("a tensor whose bytes do not fill its shape")
+        if raw:
+            t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+        else:
+            t = torch.empty(shape, dtype=dtype)
+        device = node.get("device", "cpu")
+        if not isinstance(device, str):
+            raise WireError("a tensor whose device is not a name")
+        target = self.place(device) if self.place else "cpu"
+        if target != "cpu":
+            t = t.to(target)
+        if node.get("requires_grad") is True and t.is_floating_point() and not self.strict:
+            t.requires_grad_(True)
+        return t
+
+    def _namedtuple(self, node, depth):
+        import collections
+
+        name, fields = node.get("name"), node.get("fields")
+        if not (isinstance(name, str) and name.isidentifier() and isinstance(fields, list)
+                and all(isinstance(f, str) and f.isidentifier() and not f.startswith("_") for f in fields)
+                and len(set(fields)) == len(fields) and len(fields) <= 64):
+            raise WireError("a namedtuple whose name or fields are not identifiers")
+        values = [self.decode(v, depth + 1) for v in self._items(node)]
+        if len(values) != len(fields):
+            raise WireError("a namedtuple whose values do not match its fields")
+        return collections.namedtuple(name, fields)(*values)
+
+
+class RefusedValue(TypeError):
+    """The notebook returned a value of a type that may not cross (an ``int`` subclass, a
+    tensor subclass, an object of its own inside a container)."""
+
+    def __init__(self, type_name: str, why: str):
+        super().__init__(f"returned a {type_name}, which the grader does not accept: {why}")
+        self.type_name, self.why = type_name, why
