@@ -129,3 +129,63 @@ def roofline_seconds(cost: dict, gpu: str, bytes_key: str = "compulsory_bytes") 
     """The roofline's lower bound on the time: the slower of computing at peak and moving the bytes at peak."""
     spec = GPUS[gpu]
     return max(cost["flops"] / spec["flops"], cost[bytes_key] / spec["bytes_per_s"])
+
+
+# -- what the contestant does for the graders (grading.services) -----------------------------------
+# Compiling needs the notebook's kernel objects and Triton's launch machinery, so it runs
+# in the contestant that loaded the notebook; the judge gets back plain values only.
+REAL_CONFIGS = {"sm_90": [(32, 32, 4, 2), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2),
+                          (128, 32, 4, 4), (128, 128, 4, 2)],
+                "sm_80": [(64, 64, 4, 3), (128, 64, 8, 3)]}
+
+
+def stub_message(nb, exercise: str) -> str | None:
+    """The NotImplementedError message of a kernel (or a jitted helper it calls) that is still a stub."""
+    from gpucompile import jitted_functions
+
+    for name in GRADED_KERNELS[exercise] + (("flash_fwd_kernel",) if exercise == "7.4" else ()):
+        for fn in jitted_functions(getattr(nb, name)).values():
+            if "raise NotImplementedError(" in fn.src:
+                return fn.src.split("raise NotImplementedError(", 1)[1].split(")")[0].strip("\"'")
+    return None
+
+
+def check_compile(nb, exercise: str, cid: str) -> None:
+    """Compile one graded kernel for one target as its wrapper launches it; raises
+    NotImplementedError for a stub and GradingFailure with the compiler's words."""
+    from gpucompile import KernelCompileError, compile_kernel
+    from grading.compare import GradingFailure
+
+    stub = stub_message(nb, exercise)
+    if stub is not None:
+        raise NotImplementedError(stub)
+    request = graded_request(nb, exercise, cid)
+    try:
+        compile_kernel(**request)
+    except KernelCompileError as exc:
+        raise GradingFailure(f"{exc}\n  (the interpreter runs a kernel the GPU compiler may reject; "
+                             f"compiled as on a GPU: bf16, {request['constexprs']}, num_warps={request['num_warps']})"
+                             ) from None
+
+
+def real_reports(nb) -> dict:
+    """``{arch: [[block_m, block_n, num_warps, num_stages, registers, shared_bytes, spill_bytes,
+    ptxas_log], ...]}``: the notebook's flash_fwd_kernel compiled at REAL_CONFIGS."""
+    from gpucompile import KernelCompileError, compile_many
+    from grading.compare import GradingFailure
+
+    stub = stub_message(nb, "7.3")  # the reference's kernel while 7.6 or 7.7 is graded alone
+    if stub is not None:
+        raise GradingFailure("this exercise is graded on the ptxas reports of flash_fwd_kernel "
+                             f"(Exercise 7.3), which is not implemented yet: {stub}")
+    requests = [(arch, cfg) for arch, cfgs in REAL_CONFIGS.items() for cfg in cfgs]
+    compiled = compile_many([flash_request(nb.flash_fwd_kernel, arch, block_m=m, block_n=n, num_warps=w,
+                                           num_stages=s) for arch, (m, n, w, s) in requests])
+    reports: dict = {}
+    for (arch, cfg), c in zip(requests, compiled):
+        if isinstance(c, KernelCompileError):
+            raise GradingFailure(f"this exercise is graded on the ptxas reports of flash_fwd_kernel "
+                                 f"(Exercise 7.3), which does not compile with {cfg}:\n  {c}")
+        reports.setdefault(arch, []).append([*cfg, c.usage.registers, c.usage.shared_bytes, c.usage.spill_bytes,
+                                             c.ptxas_log])
+    return reports

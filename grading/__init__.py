@@ -1,12 +1,14 @@
 """Grading machinery for the book's exercise notebooks.
 
-One pipeline, one concern per module. A submission becomes a sandboxed child, the child
-gives outcomes, the outcomes become the gradebook:
+One pipeline, one concern per module. A submission is graded by a *judge* that never runs
+its code, and answered by a *contestant*, the one process that does:
 
-    submission ──> matching ──> runner + sandbox ──> child (pytest + plugin) ──> outcome ──> gradebook
-                   (which        (one bwrap-isolated    (loader runs the        (Status,     (rows, CSV,
-                   notebook is   process per student    notebook; graders       summary)     feedback,
-                   which chapter) and chapter)          compare with refs)                   review list)
+    submission ──> matching ──> runner ──> judge (child: pytest + plugin) ──> outcome ──> gradebook
+                   (which        (one judge     │  graders, references, hidden tests,   (Status,   (rows, CSV,
+                   notebook is   per student    │  comparisons, the result writer)      summary)   feedback,
+                   which chapter) and chapter)  │                                                  review list)
+                                                └─ nb.f(x) ──> contestant (sandbox: loads the notebook,
+                                                               answers calls; plain values come back)
 
 - ``layout``:    the only module that knows where things live: paths, stems, exercise ids, markers.
 - ``regions``:   find ``### BEGIN SOLUTION`` / ``### END SOLUTION`` regions and the exercise they belong to.
@@ -15,17 +17,26 @@ gives outcomes, the outcomes become the gradebook:
 - ``compare``:   assertions whose messages a student can act on.
 - ``outcome``:   the one vocabulary of results: ``Status``, signal descriptions, summaries, partial credit.
 - ``catalogue``: the wrong implementations that every grader must reject.
-- ``isolation``: run kernel checks on a notebook in a child process (Chapter 7: crashes, timeouts).
 - ``plugin``:    the pytest plugin (``--notebooks``, ``--prove``, points, summary); it decides each outcome.
+
+The judge and the contestant:
+
+- ``judge``:      the ``nb`` fixture as a proxy (``RemoteNotebook``), the zygote that forks contestants,
+                  crashes and timeouts as statuses; Chapter 10's ranks (``run_ranks``).
+- ``contestant``: what runs in the sandbox: load the notebook, answer calls, keep its objects as handles.
+- ``wire``:       the framed messages between them and the one schema of the values that cross.
+- ``watch``, ``services``, ``ranks``: what only the contestant can do for a grader: watch how the
+                  notebook computes, compile its kernels (Chapter 7), join a gloo group (Chapter 10).
+- ``triton_bounds``: every load and store of an interpreted kernel checked (in the contestant).
 
 Batch grading of a class (``make grade``, ``python -m grading.batch``):
 
 - ``batch``:     the command: students in parallel, progress, resume, hidden tests.
-- ``matching``:  which notebook is which chapter, tolerating students' renames.
-- ``sandbox``:   the bubblewrap command line around one child (namespaces, read-only files, uid).
-- ``runner``:    start one child per student and chapter (spec in on stdin, outcomes out on a pipe).
-- ``child``:     what runs inside that child: pytest on the student's notebook.
-- ``tamper``:    detection inside the child of patched libraries, reads of the graders, stray writes.
+- ``matching``:  which notebook is which chapter, tolerating students' renames; links are refused.
+- ``sandbox``:   the bubblewrap command line around the contestants (namespaces, read-only files, uid).
+- ``runner``:    start one judge per student and chapter (spec in on stdin, outcomes out on a pipe).
+- ``child``:     the judge's main: pytest on the graders, the notebook served by contestants.
+- ``tamper``:    what the notebook's namespace says about how it was written (for review).
 - ``gradebook``: rows, ``gradebook.csv``, the wide export, the roster, overrides, feedback, ``needs_review.md``.
 - ``gradescope``: the same grading behind Gradescope's front door (``make gradescope``, ``results.json``).
 - ``nbgrader``:  nbgrader's cell metadata and autograder cells (written by ``stubs``), and the

@@ -45,9 +45,10 @@ from grading.loader import MAX_CAPTURED_CHARS
 from grading.runner import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, OUTPUT_CAP, ChildResult, kill_all, run_child
 
 MAX_NOTEBOOK_BYTES = 50 * 2**20
-# The modules a grading child runs (others in grading/ may change freely while we grade).
-GRADER_MODULES = ("__init__", "layout", "outcome", "plugin", "loader", "compare", "catalogue", "regions", "stubs",
-                  "isolation", "runner", "sandbox", "child", "tamper", "substitute")
+# The packages of this repository the judge imports: every file in them is fingerprinted,
+# so a list kept by hand cannot drift (grading.diagnosis and grading.triton_bounds once
+# fell out of one).
+GRADER_PACKAGES = ("grading", "gpucompile", "distlab", "modellab")
 WATCHED_PACKAGES = ("torch", "numpy", "pytest", "_pytest", "pluggy", "nbformat")
 
 
@@ -65,7 +66,8 @@ def fingerprint(chapters: list[Chapter], hidden: list[Path]) -> dict[str, str]:
     hidden tests) and the size and mtime of the top-level files of the packages the
     graders trust. A child that changes them (through a subprocess, which the audit
     hook cannot see) is caught afterwards."""
-    files = [ROOT / "grading" / f"{m}.py" for m in GRADER_MODULES] + [ROOT / "tests" / "__init__.py", *hidden]
+    files = [p for package in GRADER_PACKAGES for p in sorted((ROOT / package).glob("*.py"))]
+    files += [ROOT / "tests" / "__init__.py", ROOT / "tests" / "conftest.py", *hidden]
     files.append(ROOT / "tests" / "references" / "__init__.py")
     for c in chapters:
         # ref_NN_topic.py and the modules beside it (ref_07_triton_jit.py)

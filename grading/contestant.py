@@ -30,6 +30,7 @@ contestant's process group) and ``wait`` (its exit status, once it has ended).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -57,6 +58,7 @@ class Spawn:
     threads: int = 1
     seed: int = 0
     rank: dict | None = None  # Chapter 10: {"rank": r, "world_size": P, "port": n, "op_timeout": s}
+    env: dict = field(default_factory=dict)  # set before the notebook loads (Chapter 7: TRITON_INTERPRET)
     bounds_checked: bool = False  # Chapter 7: every Triton load and store checked (grading.triton_bounds)
 
     def to_json(self) -> dict:
@@ -312,10 +314,13 @@ def _op_call(c: Contestant, request, buffers):
     kwargs = c.decode(request.get("kwargs"), buffers)
     # What the grader handed in that a call may fill in place: lists, dicts, tensors.
     before = {i: a.detach().clone() for i, a in _slots(args, kwargs) if isinstance(a, torch.Tensor)}
-    if c.watch is not None:  # watched: the notebook's own operations, not this process's decoding
-        with c.watch:
-            value = fn(*args, **kwargs)
-    else:
+    with contextlib.ExitStack() as around:
+        if c.spawn.bounds_checked:  # Chapter 7: every interpreted load and store checked (grading.triton_bounds)
+            from grading.triton_bounds import bounds_checked
+
+            around.enter_context(bounds_checked())
+        if c.watch is not None:  # watched: the notebook's own operations, not this process's decoding
+            around.enter_context(c.watch)
         value = fn(*args, **kwargs)
     mutated = []
     for i, a in _slots(args, kwargs):
@@ -387,17 +392,37 @@ def _op_service(c: Contestant, request, buffers):
     from grading import services
 
     args = c.decode(request.get("args"), buffers)
-    return services.run(str(request.get("name")), *args), None
+    return services.run(c.loaded, str(request.get("name")), *args), None
+
+
+def _op_ranks(c: Contestant, request, buffers):
+    """Chapter 10's gloo group (grading.ranks): join it, read what was sent, leave it."""
+    from grading import ranks
+
+    name = request.get("name")
+    if name == "join":
+        return ranks.join(), None
+    if name == "counted":
+        return ranks.counted(), None
+    if name == "finish":
+        return ranks.finish(), None
+    raise wire.WireError(f"unknown ranks request {name!r}")
 
 
 OPS = {"get": _op_get, "has": _op_has, "getattr": _op_getattr, "setattr": _op_setattr, "call": _op_call,
-       "protocol": _op_protocol, "service": _op_service, "watch": _op_watch}
+       "protocol": _op_protocol, "service": _op_service, "watch": _op_watch,
+       "ranks": _op_ranks}
 
 
 def remote_error(exc: BaseException, kind: str = "") -> wire.RemoteError:
     from grading.compare import GradingFailure
     from grading.loader import CellDidNotRun
 
+    cause = exc
+    while type(cause).__name__ == "InterpreterError" and cause.__cause__ is not None:
+        cause = cause.__cause__  # Triton wraps what a kernel raised once per level of calls
+    if isinstance(cause, (NotImplementedError, GradingFailure)):
+        exc = cause
     problems, name = [], ""
     if not kind:
         if isinstance(exc, CellDidNotRun):
@@ -412,9 +437,10 @@ def remote_error(exc: BaseException, kind: str = "") -> wire.RemoteError:
         name = exc.name
     cls = type(exc)
     bases = [c.__name__ for c in cls.__mro__ if c.__module__ == "builtins"]
+    observed = getattr(exc, "observed", None) if kind == "grading_failure" else None
     return wire.RemoteError(type=cls.__name__, bases=bases, message=_text(exc)[: wire.MESSAGE_TEXT_CAP], kind=kind,
                             notebook_class=str(cls.__module__).startswith("notebook_"), where=_where(exc),
-                            problems=problems, name=name)
+                            problems=problems, name=name, observed=observed if isinstance(observed, dict) else None)
 
 
 def _text(exc: BaseException) -> str:
@@ -445,6 +471,7 @@ def contestant(sock: socket.socket) -> int:
     from grading import substitute
     from grading.loader import run_notebook
 
+    os.environ.update({str(k): str(v) for k, v in spawn.env.items()})
     torch.manual_seed(spawn.seed)
     torch.set_num_threads(max(1, int(spawn.threads)))
     c = Contestant(sock, spawn)
@@ -453,10 +480,11 @@ def contestant(sock: socket.socket) -> int:
     except Exception as exc:  # the judge read it already; a notebook it could read but nbformat cannot
         wire.send(sock, {"error": remote_error(exc, kind="unreadable").to_json()})
         return 0
+    told = {}
     if spawn.rank:
         from grading import ranks
 
-        ranks.join(spawn.rank)
+        told = ranks.prepare(spawn.rank)
     loaded = run_notebook(node, SUBMISSION_DIR / spawn.name)
     c.loaded = loaded
     report = LoadReport(problems=[{"cell": p.cell, "kind": p.kind, "message": str(p.message)[:2000],
@@ -472,11 +500,7 @@ def contestant(sock: socket.socket) -> int:
         owned, references = substitute.references_from_package(spawn.references, loaded.module.__dict__)
         swap = substitute.swapped(loaded.module.__dict__, spawn.stem, spawn.exercise, owned, references)
         swap.__enter__()  # for this contestant's whole life: it grades one exercise
-    if spawn.bounds_checked:
-        from grading.triton_bounds import bounds_checked
-
-        bounds_checked().__enter__()
-    wire.send(sock, {"ready": report.to_json()})
+    wire.send(sock, {"ready": report.to_json(), **told})
     c.serve()
     return 0
 

@@ -171,6 +171,9 @@ def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[st
             message = f"{memory_note}; {message}" if memory_note else message
         elif not_impl and not passed_any:
             status = NOT_ATTEMPTED
+        elif stopped := [s for s in (TAMPERED, CRASHED, TIMED_OUT) if any(f.get("status") == s for f in failures)]:
+            # The contestant was stopped (grading.judge): what stopped it is the exercise's status.
+            status = stopped[0]
         elif exercise in review:
             status = REVIEW
             message = f"{review[exercise]}; {message}"

@@ -87,8 +87,9 @@ class Limits:
 class Launcher:
     """One zygote per judge process, started when first needed (and again if it died)."""
 
-    def __init__(self, limits: Limits | None = None):
+    def __init__(self, limits: Limits | None = None, env: dict | None = None):
         self.limits = limits or Limits()
+        self.env = dict(env or {})
         self.proc: subprocess.Popen | None = None
         self.control: socket.socket | None = None
         self.lock = threading.Lock()
@@ -114,6 +115,8 @@ class Launcher:
                                 gpu=bool(self.limits.cuda_devices))
         env = runner.child_env(work, self.limits.threads, self.limits.cuda_devices)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+        env.update({str(k): str(v) for k, v in self.env.items()})
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # Chapter 10's ranks: loopback, inside the sandbox's own network
         env["GRADING_LIMITS"] = json.dumps({
             "memory_mb": self.limits.memory_mb, "cpu_seconds": self.limits.cpu_seconds,
             "file_size_cap": self.limits.file_size_cap, "max_processes": self.limits.max_processes,
@@ -206,24 +209,27 @@ def _default_uid() -> int | None:
     return SANDBOX_UIDS[128 + index % 128]
 
 
-_LAUNCHER: Launcher | None = None
+_LIMITS = [Limits()]
+_LAUNCHERS: dict[str, Launcher] = {}
 
 
-def launcher() -> Launcher:
-    global _LAUNCHER
-    if _LAUNCHER is None:
-        _LAUNCHER = Launcher()
-        atexit.register(_LAUNCHER.close)
-    return _LAUNCHER
+def launcher(env: dict | None = None) -> Launcher:
+    """This judge's zygote for contestants whose environment adds ``env``: one per
+    environment, since a library may read a variable once, at import, in the zygote
+    (torch imports Triton, which reads ``TRITON_INTERPRET``)."""
+    key = json.dumps(env or {}, sort_keys=True)
+    if key not in _LAUNCHERS:
+        _LAUNCHERS[key] = Launcher(_LIMITS[0], env or {})
+        atexit.register(_LAUNCHERS[key].close)
+    return _LAUNCHERS[key]
 
 
 def configure(limits: Limits):
     """The limits of this judge's contestants (grading.child, from the batch's spec)."""
-    global _LAUNCHER
-    if _LAUNCHER is not None:
-        _LAUNCHER.close()
-    _LAUNCHER = Launcher(limits)
-    atexit.register(_LAUNCHER.close)
+    for one in _LAUNCHERS.values():
+        one.close()
+    _LAUNCHERS.clear()
+    _LIMITS[0] = limits
 
 
 # -- one contestant, from the judge's side ----------------------------------------------------
@@ -244,6 +250,8 @@ class Session:
             error = wire.RemoteError.from_json(header.get("error"))
             raise NotebookLoadError(error.message)
         self.report = LoadReport.from_json(header["ready"])
+        port = header.get("port")
+        self.port = port if type(port) is int and 0 < port < 65536 else None
 
     def _answer(self, timeout: float, what: str) -> tuple[dict, bytes]:
         self.sock.settimeout(timeout)
@@ -255,7 +263,8 @@ class Session:
             code = self.launch.end(self.pid, kill=True)
             from grading.outcome import describe_signal
 
-            how = describe_signal(-code) if code is not None and code < 0 else f"exit status {code}"
+            how = (f"killed by {describe_signal(-code)}" if code is not None and code < 0 else
+                   f"exited with code {code}: os._exit() or sys.exit() where the grader cannot catch it?")
             tail = self.launch.tail()
             self._stop(f"the notebook's process ended while {what} ({how})"
                        + (f"\n  last output:\n{_indent(tail)}" if tail.strip() else ""), ContestantCrashed, ended=True)
@@ -371,12 +380,13 @@ class RemoteNotebook:
         self.loaded_once = False
         self.exceptions: dict[str, type] = {}  # the notebook's exception classes, as classes of the judge's own
         self.remotes: dict[tuple[int, int], Remote] = {}
+        self.variants: dict[str, RemoteNotebook] = {}
 
     # -- what LoadedNotebook offered ----------------------------------------------------------
     @property
     def path(self) -> Path:
         """A file holding this notebook's text, for the graders that start children of
-        their own (grading.isolation, distlab): the notebook itself, or a copy made here."""
+        their own (distlab): the notebook itself, or a copy made here."""
         if self.on_disk:
             return self.origin
         if self._copy is None:
@@ -404,11 +414,32 @@ class RemoteNotebook:
         if exercise != self.exercise:
             self.exercise = exercise
             self.close()
+        for other in self.variants.values():
+            other.use(exercise)
 
     def close(self):
         if self.session is not None:
             self.session.close()
             self.session = None
+        for other in self.variants.values():
+            other.close()
+
+    def variant(self, **extra) -> "RemoteNotebook":
+        """The same notebook in a contestant spawned with ``extra`` (fields of
+        :class:`grading.contestant.Spawn`: ``env``, ``bounds_checked``), grading the same
+        exercise: Chapter 7 grades kernels through the interpreter in one and compiles
+        them in another."""
+        key = json.dumps(extra, sort_keys=True)
+        if key not in self.variants:
+            other = RemoteNotebook(self.origin, self.text, self.stem, self.display, self.launch,
+                                   {**self.extra, **extra}, self.on_disk)
+            other.use(self.exercise)
+            self.variants[key] = other
+        return self.variants[key]
+
+    def service(self, name: str, *args, timeout: float = CALL_TIMEOUT_S):
+        """Run ``grading.services`` ``name`` in the contestant on the notebook; its answer."""
+        return self._ask("service", f"running {name} on the notebook", timeout=timeout, name=name, args=list(args))
 
     def _session(self) -> Session:
         if self.session is None or self.session.dead:
@@ -416,7 +447,7 @@ class RemoteNotebook:
 
             spawn = Spawn(notebook=self.text, name=self.display, stem=self.stem, exercise=self.exercise,
                           references=substitute.reference_package(self.stem, self.exercise), **self.extra)
-            self.session = Session(spawn, self.launch or launcher())
+            self.session = Session(spawn, self.launch or launcher(self.extra.get("env")))
             self.report = self.session.report
             self.loaded_once = True
         return self.session
@@ -551,7 +582,7 @@ class RemoteNotebook:
         elif error.kind == "not_implemented":
             exc = (NotImplementedExercise if error.type == "NotImplementedExercise" else NotImplementedError)(error.message)
         elif error.kind == "grading_failure":
-            exc = GradingFailure(error.message)
+            exc = GradingFailure(error.message, error.observed)
         elif error.kind == "wire":
             exc = GradingFailure(f"the notebook returned a value the grader cannot read: {error.message}")
         elif error.notebook_class:
@@ -630,6 +661,12 @@ class Watched:
 def watching(nb: RemoteNotebook, name: str):
     """``with watching(nb, "non_finite") as watch:`` the calls inside run under that watch of
     grading.watch in the contestant; on leaving, ``watch`` holds what it saw."""
+    if not isinstance(nb, RemoteNotebook):  # a notebook loaded in this process (make bench's baseline)
+        from grading.watch import WATCHES
+
+        with WATCHES[name]() as watch:
+            yield watch
+        return
     watched = Watched()
     nb._ask("watch", f"starting the {name} watch", name=name)
     try:
@@ -646,6 +683,10 @@ def watching(nb: RemoteNotebook, name: str):
 
 def data_ptr(obj: Remote, attribute: str) -> int:
     """Where the tensor ``obj.attribute`` ("recent.k") keeps its memory, in the contestant."""
+    if not isinstance(obj, Remote):  # an object of this process (make bench's in-process baseline)
+        for part in attribute.split("."):
+            obj = getattr(obj, part)
+        return obj.data_ptr()
     return obj._ask("protocol", f"reading {obj._name}.{attribute}.data_ptr()", name="data_ptr", args=[attribute])
 
 
@@ -657,7 +698,7 @@ def contain(argv: list[str], work: Path, env: dict, *, show_tests: bool = False)
     leaves ``tests/`` visible, for children that import the graders' check functions."""
     from grading import sandbox
 
-    limits = launcher().limits
+    limits = _LIMITS[0]
     env = {**env, "HOME": str(work), "TMPDIR": str(work), "TRITON_CACHE_DIR": str(work / ".triton"),
            "MPLCONFIGDIR": str(work / ".matplotlib"), "XDG_CACHE_HOME": str(work / ".cache"),
            "TORCHINDUCTOR_CACHE_DIR": str(work / ".inductor"),
@@ -679,5 +720,74 @@ def hand_over(path: Path) -> None:
 
     if os.geteuid() != 0 or not sandbox.status().sandboxed:
         return
-    limits = launcher().limits
+    limits = _LIMITS[0]
     sandbox.prepare_work_dir(Path(path), limits.uid if limits.uid is not None else _default_uid())
+
+
+# -- Chapter 10: ranks -------------------------------------------------------------------------
+def run_ranks(nb: RemoteNotebook, function: str, world_size: int, calls: list[list], *, op_timeout: float = 10.0,
+              timeout: float = 90.0):
+    """``function`` of the notebook on ``world_size`` gloo ranks, each a contestant
+    (:mod:`grading.ranks`) with the exercise's swap, called at once. ``calls[rank]`` is that
+    rank's list of ``(args, kwargs)`` (or ``(other_function, args, kwargs)``), all of one
+    length. Returns ``distlab.launch.RankResult`` per rank: what each call returned, rebuilt
+    here, and the bytes it sent; ``timeout`` bounds each call."""
+    from distlab.launch import CallResult, RankResult
+
+    if len(calls) != world_size or len({len(c) for c in calls}) != 1:
+        raise ValueError(f"calls must hold one list per rank ({world_size}), all of one length")
+    spec = {"world_size": world_size, "op_timeout": op_timeout}
+    proxies: list[RemoteNotebook] = []
+    results = [RankResult(rank, "ok") for rank in range(world_size)]
+    try:
+        for rank in range(world_size):
+            rank_spec = {**spec, "rank": rank, "master": rank == 0, "port": proxies[0].session.port if rank else 0}
+            proxy = RemoteNotebook(nb.origin, nb.text, nb.stem, nb.display, extra={"rank": rank_spec})
+            proxy.use(nb.exercise)
+            proxies.append(proxy)
+            try:
+                proxy._session()
+            except Exception as exc:  # noqa: BLE001 - the notebook did not load in this rank
+                results[rank] = RankResult(rank, *_rank_failure(exc))
+                return results
+
+        def run(rank: int):
+            proxy = proxies[rank]
+            try:
+                proxy._ask("ranks", "joining the gloo group", name="join", timeout=timeout)
+                for call in calls[rank]:
+                    name, args, kwargs = call if len(call) == 3 else (function, *call)
+                    value = getattr(proxy, name)(*args, **kwargs)
+                    sent = proxy._ask("ranks", "reading what the rank sent", name="counted")
+                    results[rank].calls.append(CallResult(value, int(sent.get("bytes", 0)), int(sent.get("sends", 0))))
+                proxy._ask("ranks", "leaving the gloo group", name="finish", timeout=op_timeout + 10)
+            except Exception as exc:  # noqa: BLE001 - reported per rank, as distlab did
+                results[rank] = RankResult(rank, *_rank_failure(exc, op_timeout), calls=results[rank].calls)
+
+        threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(world_size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return results
+    finally:
+        for proxy in proxies:
+            proxy.close()
+
+
+def _rank_failure(exc: BaseException, op_timeout: float = 0.0) -> tuple[str, str]:
+    """``(status, message)`` of a rank whose call raised ``exc``."""
+    from grading.outcome import summary
+
+    where = getattr(exc, "grading_where", "")
+    if isinstance(exc, NotImplementedError):
+        return "not implemented", str(exc)
+    if isinstance(exc, ContestantTimedOut):
+        return "timeout", f"{exc} (a deadlock, or an endless loop)"
+    if isinstance(exc, ContestantCrashed):
+        return "crashed", str(exc)
+    message = summary(exc, where)
+    if "timed out" in str(exc).lower():  # gloo's words for an operation past its timeout
+        return "deadlock", (f"{message}\n  (a send or receive waited more than {op_timeout:.0f} s: every rank "
+                            "was waiting for another, which is a deadlock)")
+    return "error", message

@@ -2,7 +2,7 @@
 
 The pytest plugin decides a test's :class:`Status` from the exception itself (never from
 its text); the grading child sends it to the batch grader as a field of a JSON line; the
-Chapter 7 kernel checks (:mod:`grading.isolation`) use the same statuses; the gradebook,
+judge's stopped contestants (:mod:`grading.judge`) use the same statuses; the gradebook,
 the feedback and the terminal summary only format them. A process killed by a signal is
 described by :func:`describe_signal` wherever that happens, and partial credit is
 computed by :func:`earned` alone.

@@ -37,6 +37,9 @@ from grading import substitute  # issue 16: each exercise graded alone (fixture 
 
 
 
+IN_PROCESS = "GRADING_IN_PROCESS"  # "1": make bench's in-process baseline (see GradingState._load_in_process)
+
+
 @dataclass(frozen=True)
 class Variant:
     kind: str  # "graded" (the --notebooks dir), "solution", "stub", "bug", "alone"
@@ -132,6 +135,8 @@ class GradingState:
         from grading.judge import RemoteNotebook, open_notebook
 
         name = f"{stem}.ipynb"
+        if os.environ.get(IN_PROCESS) == "1":
+            return self._load_in_process(variant, stem, name)
         try:
             if variant.kind == "graded":
                 folder = self.notebook_dir()
@@ -146,6 +151,16 @@ class GradingState:
             return RemoteNotebook(ROOT / "solutions" / name, nbformat.writes(changed), stem, name)
         except NotebookLoadError as exc:
             return _Unloadable(f"the notebook could not be loaded: {exc}")
+
+    def _load_in_process(self, variant: Variant, stem: str, name: str):
+        """The baseline of ``make bench``'s ``grade.isolation_overhead`` only: the notebook
+        run in this process, as graders were run before the judge and the contestant were
+        two processes. Never for grading anyone: the notebook's code would run here."""
+        from grading.loader import load_notebook
+
+        folder = self.notebook_dir() if variant.kind == "graded" else ROOT / ("exercises" if variant.kind == "stub"
+                                                                           else "solutions")
+        return load_notebook(folder / name)
 
     def close(self):
         for notebook in self.cache.values():

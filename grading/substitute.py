@@ -41,12 +41,16 @@ A chapter opts in by declaring ``SUBSTITUTES`` (possibly empty); a chapter witho
 is graded as before. The swap lasts one test (an autouse fixture) and is undone after
 it, so the notebook, loaded once per module, serves every exercise.
 
-*Child processes.* Some graders run the notebook in another process, which loads it
-itself: Chapter 7's kernels in a child of ``grading.isolation``, Chapter 10's ring in
-gloo ranks (``distlab``). :func:`active` is the swap in force in this process, as a
-plain dict ``{"chapter": stem, "exercise": "7.3"}``; ``run_checks`` and
-``run_on_ranks`` send it along (JSON), and the child applies the same swap after
-loading the notebook, with :func:`applied`: the same code, the same references.
+*Contestants.* The graders never run the notebook: a contestant does (grading.judge).
+Each contestant grades one exercise and is sent :func:`reference_package`: the source of
+the references with the definitions that answer *its* exercise taken out, from which it
+builds the swap (:func:`references_from_package`, then :func:`swapped`). A memory walk
+in the contestant of Exercise N finds the references of the other exercises only.
+
+*Other children.* The book's ``distlab`` runs a notebook's ring on gloo ranks that load it
+themselves; :func:`active` is the swap in force in this process, as a plain dict
+``{"chapter": stem, "exercise": "7.3"}``, which ``run_on_ranks`` sends along (JSON), and
+each rank applies it after loading the notebook, with :func:`applied`.
 
 ``only_solved(solution, exercise)`` builds the notebook of the independence check
 (``pytest --prove``): the stubs, with one exercise's solution regions put back.
@@ -329,7 +333,11 @@ def _graded_alone(request):
     use = getattr(type(notebook), "use", None)
     if use is not None:  # the judge's proxy: a contestant for this exercise, with its swap
         notebook.use(exercise)
-    # Graders that start children of their own (grading.isolation, distlab) send it along.
+    elif getattr(notebook, "__dict__", {}).get("module") is not None:  # make bench's in-process baseline
+        with graded_alone(notebook.module.__dict__, chapter.stem, exercise):
+            yield
+        return
+    # Children that load the notebook themselves (distlab) send it along.
     swap = chapter_table(chapter.stem) is not None and exercise is not None
     if swap:
         _ACTIVE.append({"chapter": chapter.stem, "exercise": exercise})

@@ -120,6 +120,7 @@ class RemoteError:
     where: str = ""  # "raised in notebook cell 4, line 7: x = y / z"
     problems: list[dict] = field(default_factory=list)
     name: str = ""  # for cell_did_not_run: the missing name
+    observed: dict | None = None  # a GradingFailure's observation (grading.diagnosis), JSON
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -137,13 +138,16 @@ class RemoteError:
             raise WireError("an error message whose bases are not names")
         if not (isinstance(problems, list) and len(problems) < 1000 and all(_problem_ok(p) for p in problems)):
             raise WireError("an error message whose problems are not cell problems")
+        observed = data["observed"]
+        if observed is not None and not (isinstance(observed, dict) and len(json.dumps(observed)) < 64 * 1024):
+            raise WireError("an error message whose observation is not a small JSON object")
         message = text["message"]
         if len(message) > MESSAGE_TEXT_CAP:
             message = (message[:MESSAGE_TEXT_CAP] + f"... (a message of {len(data['message'])} characters, "
                        f"cut at {MESSAGE_TEXT_CAP} by the grader)")
         return cls(type=text["type"][:200], bases=[b[:200] for b in bases], message=message, kind=text["kind"][:40],
                    notebook_class=data["notebook_class"], where=text["where"][:1000], problems=problems,
-                   name=text["name"][:200])
+                   name=text["name"][:200], observed=observed)
 
 
 def _problem_ok(p) -> bool:
@@ -267,12 +271,21 @@ class Encoder:
         device = str(t.device)
         if t.device.type == "meta":
             raise WireError("a meta tensor has no values to send")
-        data = t.detach().to("cpu").contiguous()
-        if data.is_quantized or data.is_sparse or data.is_complex() and False:
+        data = t.detach().to("cpu")
+        if data.is_quantized or data.is_sparse:
             raise WireError("a quantized or sparse tensor cannot cross")
+        node = {"t": "tensor", "dtype": dtype_name(data.dtype), "shape": list(data.shape), "device": device,
+                "requires_grad": bool(t.requires_grad)}
+        if data.numel() and not data.is_contiguous():
+            # A strided view (a transposed layout, an expanded head) crosses as itself: the
+            # elements it spans, and its strides over them, so a kernel sees the same layout.
+            span = 1 + sum((n - 1) * s for n, s in zip(data.shape, data.stride()))
+            flat = data.as_strided((span,), (1,), data.storage_offset()).contiguous()
+            node["stride"] = list(data.stride())
+            data = flat
         raw = data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""
-        return {"t": "tensor", "dtype": dtype_name(data.dtype), "shape": list(data.shape), "device": device,
-                "requires_grad": bool(t.requires_grad), "buf": self.buffer(raw)}
+        node["buf"] = self.buffer(raw)
+        return node
 
 
 def refused(value, why: str) -> dict:
@@ -427,10 +440,19 @@ class Decoder:
         shape = self._shape(node)
         raw = self._buf(node)
         element = torch.empty((), dtype=dtype).element_size()
-        if len(raw) != math.prod(shape) * element:
+        stride = node.get("stride")
+        if stride is None:
+            count = math.prod(shape)
+        elif (isinstance(stride, list) and len(stride) == len(shape) and all(type(x) is int and x >= 0 for x in stride)
+              and math.prod(shape) > 0):
+            count = 1 + sum((n - 1) * st for n, st in zip(shape, stride))
+        else:
+            raise WireError("a tensor whose strides do not fit its shape")
+        if len(raw) != count * element:
             raise WireError("a tensor whose bytes do not fill its shape")
         if raw:
-            t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+            flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
+            t = flat.reshape(shape) if stride is None else flat.as_strided(shape, stride)
         else:
             t = torch.empty(shape, dtype=dtype)
         device = node.get("device", "cpu")

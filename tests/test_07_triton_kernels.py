@@ -1,10 +1,9 @@
 """Graders for Chapter 7 (exercises/07_triton_kernels.ipynb) against tests/references.
 
-Every kernel runs in a child process (grading.isolation): under TRITON_INTERPRET=1 an
-unmasked load is a real out-of-bounds access and can kill the process with SIGSEGV;
-isolated, that is one failed exercise with the signal named. The cases of one
-exercise share one child (importing torch and Triton costs seconds), and its results
-are kept for the parametrized tests of that exercise. In the child, every load and store
+Every kernel runs in the notebook's contestant (grading.contestant), never here: under
+TRITON_INTERPRET=1 an unmasked load is a real out-of-bounds access and can kill the
+process with SIGSEGV; in a contestant, that is one failed case with the signal named,
+and the next case starts a fresh one. In the contestant, every load and store
 of an interpreted kernel is checked against the tensor its pointer came from
 (grading.triton_bounds): a kernel that reads past a tensor fails with the argument and
 the element ("load from `K` at element 4160, past its end (4096)"), even when it throws
@@ -35,15 +34,13 @@ interprets or compiles it); 7.6 and 7.7 read the ptxas reports of the reference 
 
 import math
 import zlib
+from dataclasses import dataclass
 
 import pytest
 import torch
 
-from gpucompile import KernelCompileError, compile_kernel, jitted_functions
-from gpucompile.chapter07 import ARCHS, GRADED_KERNELS, case_ids, graded_request
+from gpucompile.chapter07 import ARCHS, GRADED_KERNELS, case_ids
 from grading.compare import GradingFailure, assert_close, assert_raises, call_text, derived_atol
-from grading.isolation import run_checks, shared_batch
-from grading.triton_bounds import bounds_checked
 from tests.references import ref_07_triton_kernels as ref
 
 INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
@@ -346,17 +343,10 @@ DTYPE_FIELD = {"7.1": 1, "7.2": 2, "7.3": 5, "7.4": 5, "7.5": 5}  # where each c
 
 
 def check_case(nb, exercise, cid, device):
-    """Runs in the child (grading.isolation): one case of one exercise on ``nb``. Under the
-    interpreter every load and store is checked against the tensor it points into
-    (grading.triton_bounds): reading past a tensor fails the case even when the values
-    read are thrown away."""
-    if device != "cpu":
-        return _check_case(nb, exercise, cid, device)
-    with bounds_checked():
-        return _check_case(nb, exercise, cid, device)
-
-
-def _check_case(nb, exercise, cid, device):
+    """One case of one exercise on ``nb``, whose contestant runs the kernels (through the
+    interpreter on CPU, where it checks every load and store against the tensor it points
+    into, grading.triton_bounds: reading past a tensor fails the case even when the values
+    read are thrown away)."""
     torch.set_num_threads(1)
     if cid.startswith("bad:"):
         cid = cid[4:]
@@ -384,52 +374,28 @@ def _softmax_bad(nb, cid):
     assert_raises(nb.softmax, x, exc=exc, names=names)
 
 
-def _grade(nb, exercise, cid, device="cpu"):
-    """Run every case of the exercise in one child process (once per notebook, exercise and
-    device, shared between xdist workers), then raise what this case's grader should show."""
-    path = nb.path  # a notebook that could not be read raises its GradingFailure here
-    ids = list(VALUE_CASES[exercise]) + ([POISON_CASE] if exercise == "7.4" else [])
+def _kernels(nb, device):
+    """The notebook in a contestant that runs its kernels on ``device``: through the
+    interpreter with every access bounds-checked on CPU, compiled on a GPU."""
     if device == "cpu":
-        ids += [f"bad:{b}" for b in BAD_CASES[exercise]]
-    env = INTERPRETER_ENV if device == "cpu" else GPU_ENV
-    results = shared_batch(f"{path}|{__name__}|{exercise}|{device}", lambda: run_checks(
-        path, f"{__name__}:check_case", [(i, (exercise, i, device)) for i in ids], timeout=BATCH_TIMEOUT_S, env=env))
-    results[cid].raise_for_status()
+        return nb.variant(env=INTERPRETER_ENV, bounds_checked=True)
+    return nb.variant(env=GPU_ENV)
+
+
+def _grade(nb, exercise, cid, device="cpu"):
+    """One case, its kernels run by the contestant (a crash there costs this case; the next
+    case starts a fresh contestant), its results compared here."""
+    check_case(_kernels(nb, device), exercise, cid, device)
 
 
 # -- compiling for a GPU, without one -----------------------------------------------------------
-def _stub_message(nb, exercise):
-    """The NotImplementedError message of a kernel (or a jitted helper it calls) that is still a stub."""
-    for name in GRADED_KERNELS[exercise] + (("flash_fwd_kernel",) if exercise == "7.4" else ()):
-        for fn in jitted_functions(getattr(nb, name)).values():
-            if "raise NotImplementedError(" in fn.src:
-                return fn.src.split("raise NotImplementedError(", 1)[1].split(")")[0].strip("\"'")
-    return None
-
-
-def check_compile(nb, exercise, cid):
-    """Runs in the child (grading.isolation, TRITON_INTERPRET=0): compile one kernel for one target."""
-    stub = _stub_message(nb, exercise)
-    if stub is not None:
-        raise NotImplementedError(stub)
-    request = graded_request(nb, exercise, cid)
-    try:
-        compile_kernel(**request)
-    except KernelCompileError as exc:
-        raise GradingFailure(f"{exc}\n  (the interpreter runs a kernel the GPU compiler may reject; "
-                             f"compiled as on a GPU: bf16, {request['constexprs']}, num_warps={request['num_warps']})"
-                             ) from None
-
-
 def _grade_compile(nb, exercise, arch):
-    path = nb.path
-    ids = case_ids(exercise)
-    results = shared_batch(f"{path}|{__name__}|{exercise}|compile", lambda: run_checks(
-        path, f"{__name__}:check_compile", [(i, (exercise, i)) for i in ids], timeout=COMPILE_TIMEOUT_S,
-        env=COMPILE_ENV))
-    for cid in ids:
+    """Compile the exercise's kernel for ``arch`` as its wrapper launches it, in a contestant
+    without the interpreter (gpucompile.chapter07.check_compile, a grading.services entry)."""
+    compiler = nb.variant(env=COMPILE_ENV)
+    for cid in case_ids(exercise):
         if cid.endswith(arch):
-            results[cid].raise_for_status()
+            compiler.service("chapter07.check_compile", exercise, cid, timeout=COMPILE_TIMEOUT_S)
 
 
 # -- the graders ----------------------------------------------------------------------------------
@@ -599,15 +565,24 @@ def _config_reports(cid):
 
 
 # The flash kernel of the notebook under test, compiled as the chapter compiles it (bf16, d=128,
-# N=8192) for these (BLOCK_M, BLOCK_N, num_warps, num_stages): the chapter's table, which
-# spills at (128, 64, 4, 3), and two more that spill. Cold, ~4 s each on the 2-core machine;
-# Triton's cache (keyed by the kernel's source) makes a rerun take a fraction of that.
-REAL_CONFIGS = {"sm_90": [(32, 32, 4, 2), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2),
-                          (128, 32, 4, 4), (128, 128, 4, 2)],
-                "sm_80": [(64, 64, 4, 3), (128, 64, 8, 3)]}
+# N=8192) at gpucompile.chapter07.REAL_CONFIGS: the chapter's table, which spills at
+# (128, 64, 4, 3), and two more that spill. Cold, ~4 s each on the 2-core machine; Triton's
+# cache (keyed by the kernel's source) makes a rerun take a fraction of that.
 REAL_CASES = {"7.6": ["sm_90", "sm_80"], "7.7": ["sm_90-programs1", "sm_90-programs2", "sm_80-programs1"]}
-REAL_TIMEOUT_S = 240  # the nine compiles above, cold, on the 2-core machine (measured ~40 s), with room
-_REAL_REPORTS: dict = {}  # in the child: the compiled reports, per notebook
+REAL_TIMEOUT_S = 240  # the nine compiles, cold, on the 2-core machine (measured ~40 s), with room
+
+
+@dataclass(frozen=True)
+class _Usage:
+    registers: int
+    shared_bytes: int
+    spill_bytes: int
+
+
+@dataclass(frozen=True)
+class _Report:
+    usage: _Usage
+    ptxas_log: str
 
 
 def _ptxas_missing():
@@ -623,31 +598,22 @@ def _ptxas_missing():
 
 
 def _real_reports(nb):
-    """{arch: {config: Compiled}} for the notebook's flash_fwd_kernel, compiled once per child."""
-    from gpucompile import compile_many
-    from gpucompile.chapter07 import flash_request
+    """{arch: {config: report}} for the notebook's flash_fwd_kernel, compiled once per contestant."""
+    compiler = nb.variant(env=COMPILE_ENV)
+    key = (id(compiler.session), compiler.exercise)
+    if _REAL_REPORTS.get("key") != key:
+        plain = compiler.service("chapter07.real_reports", timeout=REAL_TIMEOUT_S)
+        reports = {arch: {tuple(row[:4]): _Report(_Usage(*row[4:7]), row[7]) for row in rows}
+                   for arch, rows in plain.items()}
+        _REAL_REPORTS.update(key=(id(compiler.session), compiler.exercise), reports=reports)
+    return _REAL_REPORTS["reports"]
 
-    if nb.path in _REAL_REPORTS:
-        return _REAL_REPORTS[nb.path]
-    stub = _stub_message(nb, "7.3")  # the reference's kernel while 7.6 or 7.7 is graded alone
-    if stub is not None:
-        raise GradingFailure("this exercise is graded on the ptxas reports of flash_fwd_kernel "
-                             f"(Exercise 7.3), which is not implemented yet: {stub}")
-    requests = [(arch, cfg) for arch, cfgs in REAL_CONFIGS.items() for cfg in cfgs]
-    compiled = compile_many([flash_request(nb.flash_fwd_kernel, arch, block_m=m, block_n=n, num_warps=w,
-                                           num_stages=s) for arch, (m, n, w, s) in requests])
-    reports: dict = {}
-    for (arch, cfg), c in zip(requests, compiled):
-        if isinstance(c, KernelCompileError):
-            raise GradingFailure(f"this exercise is graded on the ptxas reports of flash_fwd_kernel "
-                                 f"(Exercise 7.3), which does not compile with {cfg}:\n  {c}")
-        reports.setdefault(arch, {})[cfg] = c
-    _REAL_REPORTS[nb.path] = reports
-    return reports
+
+_REAL_REPORTS: dict = {}
 
 
 def check_compiler_numbers(nb, exercise, cid):
-    """Runs in the child (grading.isolation, TRITON_INTERPRET=0): one case of 7.6 or 7.7."""
+    """One case of 7.6 or 7.7 (the notebook's functions called in its contestant)."""
     from grading.compare import assert_equal
 
     if exercise == "7.6" and cid.startswith("bad:"):
@@ -684,25 +650,12 @@ def check_compiler_numbers(nb, exercise, cid):
 
 
 def _grade_compiler_numbers(nb, exercise, cid):
-    """The cases of one exercise that need no compiler share one child; those graded on the
-    compiled flash kernel share another, which compiles it once (Triton's cache serves the
-    other exercise's child)."""
-    path = nb.path
-    real = cid.startswith("real:")
-    if real:
+    """The cases graded on the compiled flash kernel compile it once per contestant."""
+    if cid.startswith("real:"):
         missing = _ptxas_missing()
         if missing:
             pytest.skip(f"cannot compile for a GPU on this machine ({missing}); not counted")
-        ids = [f"real:{c}" for c in REAL_CASES[exercise]]
-    elif exercise == "7.6":
-        ids = list(OCCUPANCY_CASES) + [f"bad:{c}" for c in OCCUPANCY_BAD]
-    else:
-        ids = list(CONFIG_CASES) + [f"bad:{c}" for c in CONFIG_BAD]
-    ids = [(exercise, c) for c in ids]  # one exercise per child: the child grades it alone (grading.substitute)
-    results = shared_batch(f"{path}|{__name__}|compiler-numbers|{exercise}|{real}", lambda: run_checks(
-        path, f"{__name__}:check_compiler_numbers", [(f"{ex}|{c}", (ex, c)) for ex, c in ids],
-        timeout=REAL_TIMEOUT_S if real else BATCH_TIMEOUT_S, env=COMPILE_ENV))
-    results[f"{exercise}|{cid}"].raise_for_status()
+    check_compiler_numbers(nb.variant(env=COMPILE_ENV), exercise, cid)
 
 
 @pytest.mark.ex7_6

@@ -2,9 +2,10 @@
 
 Exercises 10.1 to 10.5 are graded in this process against dense fp64 attention and
 against the ring counted pair by pair. Exercise 10.6 runs the notebook's own
-``ring_attention`` on real ``torch.distributed`` processes (gloo, loopback only; see
-``distlab``): every rank loads the notebook under test and the outputs come back here
-to be compared with dense fp64 attention over the whole sequence.
+``ring_attention`` on real ``torch.distributed`` processes (gloo, loopback only, inside
+the sandbox; see ``grading.ranks``): every rank is a contestant that loads the notebook
+under test, and the outputs come back here, as plain tensors, to be compared with dense
+fp64 attention over the whole sequence.
 """
 
 import math
@@ -12,8 +13,8 @@ import math
 import pytest
 import torch
 
-from distlab import run_on_ranks
 from distlab.launch import RanksFailed, raise_for_failures
+from grading.judge import run_ranks
 from grading.compare import GradingFailure, assert_close, assert_equal, assert_raises, call_text
 from tests.references import ref_10_context_parallel as ref
 
@@ -396,7 +397,7 @@ def ring_inputs(P):
 
 def check_ring(nb, P):
     cases, calls = ring_inputs(P)
-    results = run_on_ranks(nb.path, "ring_attention", P, calls, op_timeout=OP_TIMEOUT_S, timeout=RUN_TIMEOUT_S)
+    results = run_ranks(nb, "ring_attention", P, calls, op_timeout=OP_TIMEOUT_S, timeout=RUN_TIMEOUT_S)
     try:
         raise_for_failures(results)
     except RanksFailed as exc:

@@ -252,12 +252,14 @@ def test_fault8_output_flood_capped_and_files_confined(graded):
     assert len(graded["proc"].stderr) < 100_000
 
 
-def test_fault9_tampering_scores_zero(graded):
-    rows = rows_of(graded, "tamper")
-    assert {r["status"] for r in rows} == {"tampered"} and total(graded, "tamper") == 0
-    message = rows[0]["message"]
-    for what in ("torch.matmul", "read the grader's file", "wrote to", "stack frames"):
-        assert what in message, message
+def test_fault9_tampering_reaches_nothing(graded):
+    """The judge runs none of the notebook's code: patching torch, reading the references
+    (not in the sandbox), writing to the gradebook and walking the stack reach only the
+    contestant. The code is graded as what it computes; the attempts that failed are
+    listed as the notes of the cells that raised."""
+    notes = [r["message"] for r in rows_of(graded, "tamper", exercise_only=False) if r["status"] == "note"]
+    assert any("ref_01_kv_memory.py" in n for n in notes), notes
+    assert any("gradebook.csv" in n for n in notes), notes
     assert "999" not in (graded["out"] / "gradebook.csv").read_text()
 
 
@@ -283,7 +285,7 @@ def test_feedback_and_review_list(graded):
     names = {p.stem for p in (graded["out"] / "feedback").glob("*.md")}
     assert {"good", "good_zip", "mixed", "missing", "tamper"} <= names
     review = (graded["out"] / "needs_review.md").read_text()
-    for student in ("segfault", "tamper", "not_json"):
+    for student in ("segfault", "not_json"):
         assert f"**{student}**" in review
     assert "**good**" not in review
 
@@ -374,59 +376,6 @@ def test_gradebook_points_are_written_plainly():
     assert gb.Row("s", STEM, "1.1", 1.5, 2, "failed", "x").as_csv()["points"] == "1.5"
     assert gb.Row("s", STEM, "1.1", 2.0, 2, "passed", "").as_csv()["points"] == "2"
     assert gb.Row("s", STEM, "1.1", 0.1 + 0.2, 2, "failed", "x").as_csv()["points"] == "0.3"
-
-
-TRIPWIRE_SCRIPT = """
-import json, sys, tempfile
-from pathlib import Path
-from grading import tamper
-wire = tamper.install(Path(tempfile.mkdtemp()), [Path(sys.argv[1])])
-ns = {}
-cell = "import sys\\ndef peek():\\n    return sys._getframe(1)\\n"
-exec(compile(cell, "/student/nb.ipynb#cell-3", "exec"), ns)
-ns["peek"]()  # called by grader code: the student's function reaches into the grader's frame
-refused = []
-for source in ["open(%r).read()" % (sys.argv[1] + '/references/ref_01_kv_memory.py'), "open('/tmp/x.csv', 'w')"]:
-    try:
-        exec(compile(source, "/student/nb.ipynb#cell-4", "exec"), ns)
-    except PermissionError:
-        refused.append(source[:4])
-open(sys.argv[1] + '/test_01_kv_memory.py').read()  # the grader itself may read its files
-print(json.dumps({"violations": wire.violations, "refused": refused}))
-"""
-
-
-def test_tripwire_refuses_and_records():
-    # In a subprocess: an audit hook cannot be removed once installed.
-    proc = subprocess.run([sys.executable, "-c", TRIPWIRE_SCRIPT, str(ROOT / "tests")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["refused"] == ["open", "open"]
-    text = " | ".join(got["violations"])
-    assert "stack frames" in text and "read the grader's file" in text and "wrote to /tmp/x.csv" in text
-    assert "test_01_kv_memory.py" not in text
-
-
-SNAPSHOT_SCRIPT = """
-import json
-import torch
-from grading import tamper
-snap = tamper.Snapshot()
-import torch._dynamo  # wraps torch.manual_seed once, as importing transformers does
-after_torch = snap.changes()
-torch.matmul = lambda a, b: a
-print(json.dumps({"after_torch": after_torch, "after_student": snap.changes()}))
-"""
-
-
-def test_snapshot_ignores_torch_wrapping_itself_but_not_a_replacement():
-    # In a subprocess: importing torch._dynamo cannot be undone.
-    proc = subprocess.run([sys.executable, "-c", SNAPSHOT_SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["after_torch"] == []
-    assert got["after_student"] == ["replaced torch.matmul"]
 
 
 def test_model_lab_solution_graded_as_a_submission_gets_full_marks(tmp_path):

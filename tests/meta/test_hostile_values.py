@@ -124,9 +124,8 @@ def build_class(base: Path) -> dict:
             "names": [*LIARS, "symlink", "zip_link"]}
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    made = build_class(tmp_path_factory.mktemp("values"))
+def grade_class(made: dict) -> dict:
+    """Grade the class with the real command, its hidden test included; what came out."""
     proc = subprocess.run([sys.executable, "-m", "grading.batch", str(made["subs"]), "--out", str(made["out"]),
                            "--chapters", "1", "--workers", "2", "--timeout", "120", "--memory-mb", "3000",
                            "--extra-tests", str(made["hidden"]), "--quiet"],
@@ -134,6 +133,11 @@ def graded(tmp_path_factory):
     with open(made["out"] / "gradebook.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     return {**made, "proc": proc, "rows": rows}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    return grade_class(build_class(tmp_path_factory.mktemp("values")))
 
 
 def _rows(graded, student: str) -> list[dict]:

@@ -13,7 +13,6 @@ import torch
 
 from grading.catalogue import load_catalogue
 from grading.compare import GradingFailure
-from grading.isolation import run_checks
 from grading.layout import SOLUTIONS
 from grading.triton_bounds import OutOfBoundsAccess, bounds_checked
 
@@ -135,11 +134,15 @@ def test_the_interpreter_is_restored_after_the_block(kernels):
 def test_chapter_7_grader_reports_the_access_to_the_student(tmp_path):
     """The catalogue's unmasked block-table load, graded as a student's notebook would be."""
     bug = next(b for b in load_catalogue("07_triton_kernels") if b.name == "paged_block_table_load_without_mask")
-    path = tmp_path / "07_triton_kernels.ipynb"
-    nbformat.write(bug.apply(nbformat.read(SOLUTIONS / "07_triton_kernels.ipynb", as_version=4)), path)
+    from grading.judge import RemoteNotebook
+    from tests import test_07_triton_kernels as grader
+
+    text = nbformat.writes(bug.apply(nbformat.read(SOLUTIONS / "07_triton_kernels.ipynb", as_version=4)))
+    nb = RemoteNotebook(SOLUTIONS / "07_triton_kernels.ipynb", text, "07_triton_kernels", "07_triton_kernels.ipynb")
     cid = "B2-H2-Hkv1-D16-page1-len5,9-fp32"  # the last sequence's tokens 9..15 index entries 10..15 of a 10-wide row
-    results = run_checks(path, "tests.test_07_triton_kernels:check_case", [(cid, ("7.5", cid, "cpu"))],
-                         timeout=100, env={"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"})
-    with pytest.raises(GradingFailure) as info:
-        results[cid].raise_for_status()
+    try:
+        with pytest.raises(GradingFailure) as info:
+            grader._grade(nb, "7.5", cid)  # in a contestant, through the interpreter, bounds checked
+    finally:
+        nb.close()
     assert str(info.value).startswith("load from `Block_tables` at element 20, past its end (20), in program (1, ")
