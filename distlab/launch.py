@@ -98,7 +98,6 @@ def run_on_ranks(notebook, function: str, world_size: int, calls: list[list], *,
     "N.M"}``, or None for none); by default the one in force in the caller (the test's).
     Returns one :class:`RankResult` per rank."""
     import torch
-    import torch.distributed as dist
 
     if alone is _CALLERS:
         from grading.substitute import active

@@ -42,6 +42,7 @@ from grading.layout import EXERCISE_LINE, EXERCISES, GRADES, ROOT, SOLUTIONS, ce
 from grading.matching import (Chapter, Submission, list_students, match_folder,
                               submission_digest, unpack_zip)
 from grading.loader import MAX_CAPTURED_CHARS
+from grading.outcome import TestOutcome
 from grading.runner import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, OUTPUT_CAP, ChildResult, kill_all, run_child
 
 MAX_NOTEBOOK_BYTES = 50 * 2**20
@@ -155,8 +156,30 @@ def stream_problems(r: ChildResult, planned: set[str]) -> list[str]:
 
 
 # -- one task -------------------------------------------------------------------------------
+@dataclass
+class GradeConfig:
+    """What grading one student's chapter takes: every front door (this command, the
+    Gradescope autograder, nbgrader's autograder cells) builds one and hands it to :class:`Grader`."""
+
+    out: Path
+    submissions: Path
+    timeout: float = DEFAULT_TIMEOUT_S
+    memory_mb: int = DEFAULT_MEMORY_MB
+    threads: int = 1
+    cuda_devices: str = ""
+    extra_tests: Path | None = None
+
+    @classmethod
+    def from_args(cls, args) -> "GradeConfig":
+        return cls(out=args.out, submissions=args.submissions, timeout=args.timeout, memory_mb=args.memory_mb,
+                   threads=args.threads, cuda_devices=args.cuda_devices, extra_tests=args.extra_tests)
+
+
 class Grader:
-    def __init__(self, args, chapters: list[Chapter], hidden: dict[str, list[Path]]):
+    """Grades tasks (one student's chapter each) with one configuration: ``prepare()`` once,
+    then ``grade_safely(task)`` per task, from any thread."""
+
+    def __init__(self, args: GradeConfig, chapters: list[Chapter], hidden: dict[str, list[Path]]):
         self.args = args
         self.chapters = chapters
         self.hidden = hidden
@@ -167,6 +190,22 @@ class Grader:
         self.peak_rss: dict[tuple[str, str], float] = {}  # (student, chapter) -> MiB, as the child reported
         self.devices = itertools.cycle([d for d in args.cuda_devices.split(",") if d.strip()] or [""])
         self.device_lock = threading.Lock()
+
+    def prepare(self):
+        """Fingerprint the graders (a change while grading stops the run) and collect the plan."""
+        self.baseline = fingerprint(self.chapters, [p for ps in self.hidden.values() for p in ps])
+        self.collect_plan()
+
+    def grade_safely(self, task: "Task") -> list[gb.Row] | None:
+        """The task's rows; a failure of ours costs this chapter (needs review), not the run;
+        None once the graders were found changed."""
+        if self.compromised:
+            return None
+        try:
+            return self.grade(task)
+        except Exception as exc:  # a bug of ours must cost one chapter, not the run
+            return gb.zero_rows(task.student, task.chapter.stem, self.plan[task.chapter.stem], gb.REVIEW,
+                                f"the grader failed on this chapter: {type(exc).__name__}: {exc}")
 
     def collect_plan(self):
         """Which tests each chapter has, their exercises and points (one collect-only child)."""
@@ -244,7 +283,10 @@ class Grader:
         if errors:
             why = "the graders could not run: " + (errors[0].get("summary") or gb.one_line(errors[0]["message"]))
             return gb.zero_rows(s, stem, tests, gb.REVIEW, why)
-        outcomes = {t["nodeid"]: t for t in r.of("test")}
+        try:
+            outcomes = {o.nodeid: o for o in map(TestOutcome.from_json, r.of("test"))}
+        except ValueError as exc:  # only our own judge writes these lines: a bug, for review
+            return gb.zero_rows(s, stem, tests, gb.REVIEW, f"the judge's outcome lines could not be read: {exc}")
         load = (r.of("load") or [{"problems": []}])[0]
         unreadable = [p for p in load["problems"] if p["kind"] == "unreadable"]
         if unreadable:
@@ -417,7 +459,7 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    grader = Grader(args, chapters, hidden)
+    grader = Grader(GradeConfig.from_args(args), chapters, hidden)
     book = gb.Gradebook(args.out, args.resume, overrides)
     box = sandbox.status()
     if not box.sandboxed or not args.quiet:
@@ -489,7 +531,7 @@ def run_tasks(grader: Grader, book: gb.Gradebook, tasks: list[Task], args, stude
     progress = Progress(len(tasks), args.quiet)
     left = {s: sum(t.student == s for t in tasks) for s in students}
     pool = ThreadPoolExecutor(max_workers=max(1, args.workers))
-    futures = {pool.submit(_grade_safely, grader, t): t for t in tasks}
+    futures = {pool.submit(grader.grade_safely, t): t for t in tasks}
     try:
         for future in as_completed(futures):
             task = futures[future]
@@ -512,16 +554,6 @@ def run_tasks(grader: Grader, book: gb.Gradebook, tasks: list[Task], args, stude
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _grade_safely(grader: Grader, task: Task) -> list[gb.Row] | None:
-    if grader.compromised:
-        return None
-    try:
-        return grader.grade(task)
-    except Exception as exc:  # a bug of ours must cost one chapter, not the run
-        return gb.zero_rows(task.student, task.chapter.stem, grader.plan[task.chapter.stem], gb.REVIEW,
-                            f"the grader failed on this chapter: {type(exc).__name__}: {exc}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
-"""The grading child: one student's chapter, in a process of its own.
+"""The judge: one student's chapter graded in a process that never runs the notebook.
 
-``python -m grading.child --results-fd N`` is started by :mod:`grading.runner` inside the
-sandbox, in a temporary directory, under resource limits and a wall-clock timeout. It
-reads its spec as one JSON object on stdin, runs pytest on the chapter's graders with
-``--notebooks <the student's notebook folder>`` and writes what happened, one JSON object
-per line, to file descriptor N (a pipe the parent made; no path leads to it):
+``python -m grading.child --results-fd N`` is started by :mod:`grading.runner` in a
+temporary directory under a wall-clock timeout. It reads its spec as one JSON object on
+stdin, runs pytest on the chapter's graders (and the hidden tests) with ``--notebooks
+<the student's notebook folder>``, where the ``nb`` fixture is a proxy whose calls a
+sandboxed contestant answers (:mod:`grading.judge`), and writes what happened, one JSON
+object per line, to file descriptor N (a pipe the parent made; no path leads to it):
 
     {"kind": "plan", "tests": [...]}      every test: exercise, points, hidden or not
     {"kind": "test", ...}                 one per test, as soon as it has run
@@ -15,8 +16,8 @@ per line, to file descriptor N (a pipe the parent made; no path leads to it):
 
 A child that dies leaves the lines it wrote; the parent reads them and the exit
 status. ``collect_only`` writes only the plan (no notebook is loaded). Hidden tests
-arrive as copies in the work folder and are deleted as soon as pytest has imported
-them, before the notebook loads: a submission finds no file to read them from.
+arrive as copies in the work folder, which no contestant's sandbox shows, and are
+deleted as soon as pytest has imported them; they exist in this process only.
 """
 
 from __future__ import annotations
@@ -145,7 +146,12 @@ class Collector:
             if "summary" in properties or "summary" in fallback:
                 entry["summary"] = properties.get("summary", fallback.get("summary"))
         if report.when == "teardown":
-            self.emit({"kind": "test", "nodeid": nodeid, **{k: v for k, v in entry.items() if k != "fallback"}})
+            from grading.outcome import TestOutcome
+
+            outcome = TestOutcome(nodeid, entry["outcome"], status=entry.get("status", ""),
+                                  summary=entry.get("summary") or "", message=entry.get("message", ""),
+                                  exc_type=entry.get("exc_type", ""), when=entry.get("when", ""))
+            self.emit({"kind": "test", **outcome.to_json()})
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session):
@@ -181,7 +187,6 @@ class Collector:
         self.emit({"kind": "tamper", "violations": borrowed})
 
 
-from grading.contestant import apply_limits  # noqa: E402,F401  (the contestants' limits; kept importable here)
 
 
 def peak_rss_kb() -> dict:

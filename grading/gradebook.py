@@ -18,7 +18,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grading.outcome import FOR_REVIEW, MESSAGE_CHARS, OUT_OF_MEMORY, Status, clip, describe_signal, earned
+from grading.outcome import (FOR_REVIEW, MESSAGE_CHARS, OUT_OF_MEMORY, Status, TestOutcome, clip, describe_signal,
+                             earned, exercise_status)
 
 FIELDS = ["student", "chapter", "exercise", "points", "max_points", "status", "message"]
 PASSED, FAILED, NOT_ATTEMPTED, ERROR = Status.PASSED, Status.FAILED, Status.NOT_ATTEMPTED, Status.ERROR
@@ -113,7 +114,7 @@ def zero_rows(student: str, chapter: str, tests: list[dict], status: str, messag
     return [Row(student, chapter, label, 0, max_points(fns), status, message) for label, fns in groups.items()]
 
 
-def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[str, dict],
+def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[str, TestOutcome],
                 review: dict[str, str] | None = None, memory_note: str = "",
                 diagnoses: dict[str, str] | None = None) -> list[Row]:
     """Rows from the outcomes of a chapter that ran to the end. A test function is
@@ -129,13 +130,11 @@ def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[st
         for (_, function), fn in functions.items():
             graded = passed = 0
             for nodeid in fn["nodeids"]:
-                o = outcomes.get(nodeid)
-                if o is None:
-                    o = {"outcome": "failed", "message": "this test did not run", "exc_type": ""}
-                if o["outcome"] == "skipped":
+                o = outcomes.get(nodeid) or TestOutcome(nodeid, "failed", message="this test did not run")
+                if o.outcome == "skipped":
                     continue
                 graded += 1
-                if o["outcome"] == "passed":
+                if o.passed:
                     passed += 1
                 else:
                     failures.append(o)
@@ -161,26 +160,14 @@ def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[st
             # or the child's for a fixture or a hidden test); only a test that never reported
             # (it did not run) has no summary, and then the message is the grader's own words.
             first = failures[0]
-            message = first.get("summary") or re.sub(rf"^Exercise {re.escape(exercise)}:? ", "",
-                                                      one_line(first["message"]))
-        # Each failing test's status was decided in the grading process from its exception.
-        not_impl = all(f.get("status") == NOT_ATTEMPTED for f in failures)
-        memory = any(f.get("status") == MEMORY for f in failures)
-        if memory or memory_note:
-            status = MEMORY
-            message = f"{memory_note}; {message}" if memory_note else message
-        elif not_impl and not passed_any:
-            status = NOT_ATTEMPTED
-        elif stopped := [s for s in (TAMPERED, CRASHED, TIMED_OUT) if any(f.get("status") == s for f in failures)]:
-            # The contestant was stopped (grading.judge): what stopped it is the exercise's status.
-            status = stopped[0]
-        elif exercise in review:
-            status = REVIEW
+            message = first.summary or re.sub(rf"^Exercise {re.escape(exercise)}:? ", "", one_line(first.message))
+        # Each failing test's status was decided in the judge from its exception; the
+        # exercise's, from theirs, in one place (grading.outcome.exercise_status).
+        status = exercise_status(failures, passed_any, memory=bool(memory_note), review=exercise in review)
+        if status == MEMORY and memory_note:
+            message = f"{memory_note}; {message}"
+        elif status == REVIEW:
             message = f"{review[exercise]}; {message}"
-        elif passed_any or any(f.get("status") == FAILED for f in failures):
-            status = FAILED
-        else:
-            status = ERROR
         if len(failures) > 1 and not hidden and status != NOT_ATTEMPTED:
             message += f" (and {len(failures) - 1} more failing case{'s' if len(failures) > 2 else ''})"
         if status == FAILED and not hidden and diagnoses.get(exercise):
@@ -338,7 +325,13 @@ def read_overrides(path: Path) -> list[Override]:
                              f"(missing: {', '.join(missing)})")
         out = []
         for n, raw in enumerate(reader, start=2):
+            extra = raw.pop(None, None)  # fields past the header's: a reason with an unquoted comma
+            if extra and header[-1] != "reason":
+                raise ValueError(f"overrides file {path}, line {n}: {len(extra)} more field(s) than the header "
+                                 "names; quote a field that holds a comma")
             d = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items()}
+            if extra:  # the reason is the last column: everything after the third comma is the reason
+                d["reason"] = ", ".join([d["reason"], *(e.strip() for e in extra)])
             if not any(d.values()):
                 continue
             if not d["student"] or not re.match(r"^\d+\.\d+( hidden)?$", d["exercise"]):

@@ -129,21 +129,19 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
         if not found:
             raise RuntimeError("no chapters to grade in the autograder (tests/test_NN_*.py with exercises/)")
         hidden = batch.hidden_tests(extra_tests, found)
-        args = argparse.Namespace(timeout=timeout, memory_mb=memory_mb, threads=1, cuda_devices="", workers=1,
-                                  out=(root / "results").resolve(), submissions=submission.resolve(),
-                                  extra_tests=extra_tests)
-        grader = batch.Grader(args, found, hidden)
-        grader.baseline = batch.fingerprint(found, [p for ps in hidden.values() for p in ps])
+        config = batch.GradeConfig(out=(root / "results").resolve(), submissions=submission.resolve(),
+                                   timeout=timeout, memory_mb=memory_mb, extra_tests=extra_tests)
+        grader = batch.Grader(config, found, hidden)
         # (setup.sh made the converted model readable to the sandbox's user; importing
         # modellab here would put torch in this process, beside every child.)
-        grader.collect_plan()
+        grader.prepare()
         with tempfile.TemporaryDirectory(prefix="gradescope-") as scratch:
             entry = _entry(submission)
             sub = batch.open_submission(STUDENT, entry, found, Path(scratch))
             rows = batch.submission_rows(STUDENT, sub, found)
             for task in batch.submission_tasks(STUDENT, sub, found):
                 print(f"grading {task.chapter.stem}", flush=True)
-                rows += batch._grade_safely(grader, task) or []
+                rows += grader.grade_safely(task) or []
         if grader.compromised:
             raise RuntimeError(f"the grader's files changed while grading ({grader.compromised})")
         peak = {stem: round(mb, 1) for (_, stem), mb in grader.peak_rss.items()}

@@ -32,7 +32,6 @@ grade in a sandboxed process of their own, are the tamper-resistant doors.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import hashlib
@@ -278,16 +277,15 @@ def grade_notebook(stem: str, folder: Path) -> tuple[list, bool]:
         return _graded[key], False
     chapter = chapters[0]
     with tempfile.TemporaryDirectory(prefix="nbgrader-grade-") as out:
-        args = argparse.Namespace(timeout=DEFAULT_TIMEOUT_S, memory_mb=DEFAULT_MEMORY_MB, threads=1, cuda_devices="", workers=1,
-                                  out=Path(out).resolve(), submissions=folder.resolve(), extra_tests=None)
-        grader = batch.Grader(args, chapters, {})
-        grader.baseline = batch.fingerprint(chapters, [])
+        config = batch.GradeConfig(out=Path(out).resolve(), submissions=folder.resolve(),
+                                   timeout=DEFAULT_TIMEOUT_S, memory_mb=DEFAULT_MEMORY_MB)
+        grader = batch.Grader(config, chapters, {})
         if "modellab" in chapter.test_file.read_text():
             from modellab.load import prepare_cache
 
-            prepare_cache()  # as grading.batch does, before the child's timeout starts
-        grader.collect_plan()
-        rows = batch._grade_safely(grader, batch.Task(STUDENT, chapter, notebook)) or []
+            prepare_cache()  # as grading.batch does, before the judge's timeout starts
+        grader.prepare()
+        rows = grader.grade_safely(batch.Task(STUDENT, chapter, notebook)) or []
     if grader.compromised:
         raise RuntimeError(f"the grader's files changed while grading ({grader.compromised})")
     _graded[key] = rows

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import signal
+from dataclasses import asdict, dataclass
 from enum import Enum
 
 
@@ -132,3 +133,73 @@ def earned(points: float, passed: int, graded: int, core: bool = False) -> float
     if core:
         return float(points) if passed == graded else 0.0
     return points * passed / graded
+
+
+# -- one test, and one exercise, decided once -------------------------------------------------
+OUTCOMES = ("passed", "failed", "skipped")
+
+
+@dataclass
+class TestOutcome:
+    """One test as the judge decided it (:mod:`grading.child`), the one schema of the
+    ``test`` lines the batch grader reads (:mod:`grading.batch`, :mod:`grading.gradebook`)."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    nodeid: str
+    outcome: str  # one of OUTCOMES
+    status: str = ""  # a Status value, for a failed test: from its exception (classify)
+    summary: str = ""  # the one line a student can act on (summary)
+    message: str = ""  # the grader's whole message, for a failure that has no summary
+    exc_type: str = ""
+    when: str = ""  # "setup", "call" or "teardown": where it failed
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data) -> "TestOutcome":
+        """Strict: the fields of this class, each a string; the outcome and status known."""
+        if not isinstance(data, dict):
+            raise ValueError("a test outcome that is not an object")
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        if "nodeid" not in fields or "outcome" not in fields or not all(isinstance(v, str) for v in fields.values()):
+            raise ValueError("a test outcome without its nodeid and outcome, or with fields not of text")
+        if fields["outcome"] not in OUTCOMES or fields.get("status", "") not in ("", *(s.value for s in Status)):
+            raise ValueError(f"a test outcome of no known kind ({fields['outcome']!r}, {fields.get('status')!r})")
+        return cls(**fields)
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "passed"
+
+
+def exercise_status(failures: list[TestOutcome], passed_any: bool, *, memory: bool = False,
+                    review: bool = False) -> Status:
+    """An exercise's status from its failed tests (the gradebook's rows and the terminal
+    say the same): out of memory first; not attempted when every failure is a stub and
+    nothing passed; then what stopped a contestant (tampered, crashed, timed out); a
+    structural problem for review; a wrong answer; otherwise an error."""
+    statuses = {f.status for f in failures}
+    if memory or Status.MEMORY in statuses:
+        return Status.MEMORY
+    if not passed_any and failures and statuses == {Status.NOT_ATTEMPTED.value}:
+        return Status.NOT_ATTEMPTED
+    for stopped in (Status.TAMPERED, Status.CRASHED, Status.TIMED_OUT):
+        if stopped.value in statuses:
+            return stopped
+    if review:
+        return Status.REVIEW
+    if passed_any or Status.FAILED.value in statuses:
+        return Status.FAILED
+    return Status.ERROR
+
+
+@dataclass
+class ChapterPoints:
+    """A chapter's points as the terminal summary shows them (the same ``earned`` as the gradebook)."""
+
+    earned: float = 0.0
+    possible: int = 0
+    skipped_tests: int = 0  # test functions every case of which was skipped: not counted
+    skipped_cases: int = 0  # as pytest counts them

@@ -30,7 +30,7 @@ import pytest
 from grading.layout import EXERCISE_ID, ROOT, all_markers, chapter_of_test_file, exercise_of_marker
 from grading import diagnosis
 from grading.catalogue import Bug, load_catalogue
-from grading.outcome import classify, earned, summary
+from grading.outcome import ChapterPoints, classify, earned, summary
 from grading.compare import GradingFailure
 from grading.loader import CellDidNotRun, NotebookLoadError, read_notebook
 from grading import substitute  # issue 16: each exercise graded alone (fixture + hook)
@@ -245,21 +245,21 @@ class GradingState:
                     {"totals": totals, "chapters": self._proof}, indent=1, sort_keys=True))
         return self._proof
 
-    def points_by_chapter(self) -> dict[str, tuple[float, int, int, int]]:
-        """``(earned, possible, skipped tests, skipped cases)`` per chapter. A test function
-        is worth its ``points``; parametrized cases share them (partial credit). A function
-        whose every case was skipped is not counted; skipped cases of a function that ran
-        are not counted either (its points are shared by the cases that ran)."""
-        out: dict[str, list] = defaultdict(lambda: [0.0, 0, 0, 0])
+    def points_by_chapter(self) -> dict[str, ChapterPoints]:
+        """Points per chapter. A test function is worth its ``points``; parametrized cases
+        share them (partial credit). A function whose every case was skipped is not counted;
+        skipped cases of a function that ran are not counted either (its points are shared
+        by the cases that ran)."""
+        out: dict[str, ChapterPoints] = defaultdict(ChapterPoints)
         for (stem, _), (passed, graded, skipped, points, core) in self.tests.items():
             entry = out[stem]
-            entry[3] += skipped
+            entry.skipped_cases += skipped
             if graded == 0:
-                entry[2] += 1
+                entry.skipped_tests += 1
                 continue
-            entry[0] += earned(points, passed, graded, core)
-            entry[1] += points
-        return {k: tuple(v) for k, v in out.items()}
+            entry.earned += earned(points, passed, graded, core)
+            entry.possible += points
+        return dict(out)
 
     def escaped_bugs(self) -> list[str]:
         return sorted(k for k, v in self.bug_runs.items() if not v)
@@ -270,7 +270,8 @@ class GradingState:
         if chapters:
             tr.section("points")
             total = [0.0, 0]
-            for stem, (got, possible, skipped, cases) in sorted(chapters.items()):
+            for stem, p in sorted(chapters.items()):
+                got, possible, skipped, cases = p.earned, p.possible, p.skipped_tests, p.skipped_cases
                 total[0] += got
                 total[1] += possible
                 # pytest counts skipped cases; say the same number, and which whole tests it holds.

@@ -1,11 +1,10 @@
-"""Start one grading child (:mod:`grading.child`) in the sandbox and survive whatever it does.
+"""Start one judge (:mod:`grading.child`) per student and chapter, and survive whatever happens.
 
-The child runs inside :mod:`grading.sandbox` (bubblewrap) when this machine allows it,
-as a plain child process otherwise. Either way it gets a fresh temporary directory (its
-working directory, ``HOME`` and ``TMPDIR``, the only place it may write), resource limits
-it sets on itself before any student code runs (:func:`grading.child.apply_limits`), its
-own session and process group (so a timeout kills whatever it started), and one thread
-per math library unless told otherwise.
+The judge runs no submission code (its contestants do, in the sandbox, grading.judge),
+so it is a plain child process: a fresh temporary directory (its working directory,
+``HOME`` and ``TMPDIR``), its own session and process group (so a timeout kills it and
+the zygote of its contestants with it), one thread per math library unless told
+otherwise, and the limits and the sandbox uid its contestants get, in its spec.
 
 What crosses the boundary is structured, never text to parse: the spec goes in as one
 JSON object on the child's stdin, and the outcomes come back as JSON lines on a pipe

@@ -32,7 +32,6 @@ kernel, re-made to call them (Triton looks a kernel's callees up in its globals 
 interprets or compiles it); 7.6 and 7.7 read the ptxas reports of the reference kernel.
 """
 
-import math
 import zlib
 from dataclasses import dataclass
 

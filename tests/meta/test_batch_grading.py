@@ -22,6 +22,7 @@ import pytest
 from grading import gradebook as gb
 from grading.batch import structure_review
 from grading.matching import Chapter, match_folder, match_name, normalize
+from grading.outcome import TestOutcome
 
 ROOT = Path(__file__).resolve().parents[2]
 STEM = "01_kv_memory"
@@ -352,8 +353,9 @@ def test_core_tests_are_all_or_nothing_the_others_share_by_case():
              for i in range(n)]
 
     def points(failing):
-        outcomes = {t["nodeid"]: {"outcome": "failed" if t["nodeid"] in failing else "passed",
-                                  "message": "wrong", "exc_type": "GradingFailure"} for t in tests}
+        outcomes = {t["nodeid"]: TestOutcome(t["nodeid"], "failed" if t["nodeid"] in failing else "passed",
+                                             status="failed" if t["nodeid"] in failing else "", message="wrong",
+                                             exc_type="GradingFailure") for t in tests}
         return gb.graded_rows("s", "01_kv_memory", tests, outcomes)[0].points
 
     assert points(set()) == 3

@@ -109,7 +109,13 @@ def build_class(base: Path) -> dict:
     for name in CONTROLS:
         (subs / name).mkdir(parents=True)
         (subs / name / f"{STEM}.ipynb").write_bytes((SOLUTIONS / f"{STEM}.ipynb").read_bytes())
-    for name, cell in LIARS.items():
+    hidden = hidden_test(base / "hidden")
+    # The hidden test read from disk, where the instructor keeps it (a real attacker would guess).
+    from_disk = (f"_found = []\nfor _p in [{str(hidden / 'test_01_hidden.py')!r}]:\n    try:\n"
+                 "        _found.append(open(_p).read())\n    except OSError:\n        pass\n"
+                 "def _leak(*a, **k):\n    raise ValueError('found: ' + ' | '.join(_found) if _found else 'nothing')\n"
+                 + REPLACE_ALL.format(value="0").replace("(lambda _v: (lambda *a, **k: _v))(0)", "_leak"))
+    for name, cell in {**LIARS, "hidden_from_disk": from_disk}.items():
         (subs / name).mkdir(parents=True)
         (subs / name / f"{STEM}.ipynb").write_text(_stub_with(cell))
     # A link to the instructor's solution, as a student's git repository can hold one.
@@ -120,8 +126,8 @@ def build_class(base: Path) -> dict:
         info = zipfile.ZipInfo(f"{STEM}.ipynb")
         info.external_attr = (0o120777 << 16)
         zf.writestr(info, str(SOLUTIONS / f"{STEM}.ipynb"))
-    return {"subs": subs, "out": base / "grades", "hidden": hidden_test(base / "hidden"),
-            "names": [*LIARS, "symlink", "zip_link"]}
+    return {"subs": subs, "out": base / "grades", "hidden": hidden,
+            "names": [*LIARS, "hidden_from_disk", "symlink", "zip_link"]}
 
 
 def grade_class(made: dict) -> dict:
@@ -155,7 +161,7 @@ def test_controls_get_full_marks_with_the_hidden_test(graded):
         assert sum(float(r["points"]) for r in rows) == sum(float(r["max_points"]) for r in rows)
 
 
-@pytest.mark.parametrize("student", [*LIARS, "symlink", "zip_link"])
+@pytest.mark.parametrize("student", [*LIARS, "hidden_from_disk", "symlink", "zip_link"])
 def test_a_wrong_answer_earns_nothing(graded, student):
     rows = [r for r in graded["rows"] if r["student"] == student]
     assert rows, f"{student} has no row"

@@ -150,6 +150,17 @@ def test_overrides_file_errors_name_the_line(tmp_path):
         gb.read_overrides(path)
 
 
+def test_an_unquoted_comma_in_the_reason_is_part_of_the_reason(tmp_path):
+    """The README's own example line: everything after the third comma is the reason."""
+    path = tmp_path / "o.csv"
+    path.write_text("student,exercise,points,reason\nbob,1.2,1,regrade request: a typo, the method is right\n")
+    (override,) = gb.read_overrides(path)
+    assert override.reason == "regrade request: a typo, the method is right" and override.points == 1
+    path.write_text("student,reason,exercise,points\nbob,a typo, the method is right,1.2,1\n")
+    with pytest.raises(ValueError, match="line 2: 1 more field"):
+        gb.read_overrides(path)
+
+
 def test_override_above_the_maximum_or_for_no_row_is_refused_not_applied():
     rows = [gb.Row("bob", STEM, "1.2", 0.5, 1, "failed", "wrong")]
     over = [gb.Override("bob", "1.2", 3, "why", 2), gb.Override("eve", "1.1", 1, "why", 3)]
