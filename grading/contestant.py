@@ -208,6 +208,7 @@ class Contestant:
         self.ids: dict[int, int] = {}  # id(object) -> handle
         self.loaded = None
         self.watch = None  # a grading.watch mode while the judge watches
+        self.method_names: dict[type, list[str]] = {}
 
     # handles
     def handle(self, value) -> dict:
@@ -233,7 +234,16 @@ class Contestant:
             node["kind"] = "function"
         else:
             node["kind"] = "object"
+            node["methods"] = self.methods(type(value))
         return node
+
+    def methods(self, cls: type) -> list[str]:
+        """The public methods of ``cls``: the judge calls them in one round trip (callattr)."""
+        if cls not in self.method_names:
+            names = [n for n in dir(cls) if not n.startswith("_") and callable(getattr(cls, n, None))
+                     and not isinstance(getattr(cls, n, None), type)]
+            self.method_names[cls] = names[:500]
+        return self.method_names[cls]
 
     def find(self, node):
         obj = self.objects.get(node.get("id"))
@@ -307,9 +317,17 @@ def _op_setattr(c: Contestant, request, buffers):
 
 
 def _op_call(c: Contestant, request, buffers):
+    return _call(c, c.find(request.get("h", {})), request, buffers)
+
+
+def _op_callattr(c: Contestant, request, buffers):
+    """``obj.name(*args, **kwargs)`` in one round trip (a method the handle listed)."""
+    return _call(c, getattr(c.find(request.get("h", {})), str(request.get("name"))), request, buffers)
+
+
+def _call(c: Contestant, fn, request, buffers):
     import torch
 
-    fn = c.find(request.get("h", {}))
     args = c.decode(request.get("args"), buffers)
     kwargs = c.decode(request.get("kwargs"), buffers)
     # What the grader handed in that a call may fill in place: lists, dicts, tensors.
@@ -410,6 +428,7 @@ def _op_ranks(c: Contestant, request, buffers):
 
 
 OPS = {"get": _op_get, "has": _op_has, "getattr": _op_getattr, "setattr": _op_setattr, "call": _op_call,
+       "callattr": _op_callattr,
        "protocol": _op_protocol, "service": _op_service, "watch": _op_watch,
        "ranks": _op_ranks}
 

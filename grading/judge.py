@@ -151,6 +151,13 @@ class Launcher:
             raise ConnectionError("the zygote closed its control socket")
         return json.loads(data)
 
+    def prestart(self):
+        """Start the zygote now, so that its ``import torch`` overlaps what this process does
+        meanwhile (pytest collecting the graders); the first contestant then waits less."""
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self._start()
+
     def spawn(self) -> tuple[socket.socket, int]:
         """A new contestant: the judge's end of its socket, and its pid in the sandbox."""
         with self.lock:
@@ -304,7 +311,7 @@ def _indent(text: str) -> str:
 class Remote:
     """An object that stays in the contestant: a function, a class or an instance."""
 
-    __slots__ = ("_nb", "_id", "_kind", "_name", "_generation", "__weakref__")
+    __slots__ = ("_nb", "_id", "_kind", "_name", "_generation", "_methods", "__weakref__")
 
     def __init__(self, nb: "RemoteNotebook", node: dict, generation: int):
         object.__setattr__(self, "_nb", nb)
@@ -312,6 +319,9 @@ class Remote:
         object.__setattr__(self, "_kind", node["kind"])
         object.__setattr__(self, "_name", node["name"])
         object.__setattr__(self, "_generation", generation)
+        methods = node.get("methods")
+        names = frozenset(m for m in methods[:500] if isinstance(m, str)) if isinstance(methods, list) else frozenset()
+        object.__setattr__(self, "_methods", names)
 
     @property
     def __name__(self):
@@ -329,6 +339,8 @@ class Remote:
     def __getattr__(self, name: str):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
+        if name in self._methods:  # called in one round trip, not fetched and then called
+            return Method(self, name)
         return self._ask("getattr", f"reading `{self._name}.{name}`", name=name)
 
     def __setattr__(self, name: str, value):
@@ -354,6 +366,25 @@ class Remote:
 
     def __repr__(self):
         return f"<{self._kind} {self._name} of the notebook>"
+
+
+class Method:
+    """``obj.name`` for a method the contestant listed: calling it is one request."""
+
+    __slots__ = ("obj", "name")
+
+    def __init__(self, obj: Remote, name: str):
+        self.obj, self.name = obj, name
+
+    @property
+    def __name__(self):
+        return self.name
+
+    def __call__(self, *args, **kwargs):
+        return self.obj._nb._call(self.obj, args, kwargs, method=self.name)
+
+    def __repr__(self):
+        return f"<method {self.obj._name}.{self.name} of the notebook>"
 
 
 class RemoteNotebook:
@@ -462,6 +493,8 @@ class RemoteNotebook:
     # -- the calls ------------------------------------------------------------------------------
     def _encoder(self, session: Session) -> wire.Encoder:
         def handle(value):
+            if isinstance(value, Method):  # a bound method handed on: the contestant's own object
+                value = value.obj._ask("getattr", f"reading `{value.obj._name}.{value.name}`", name=value.name)
             if isinstance(value, Remote):
                 if value._nb is not self or value._generation != session.generation:
                     raise GradingFailure(f"`{value._name}` came from an earlier process of the notebook, which "
@@ -487,14 +520,16 @@ class RemoteNotebook:
         reply, buffers = session.request(header, encoder.buffers, what, timeout)
         return self._result(reply, buffers, session, what)
 
-    def _call(self, fn: Remote, args: tuple, kwargs: dict, timeout: float = CALL_TIMEOUT_S):
+    def _call(self, fn: Remote, args: tuple, kwargs: dict, timeout: float = CALL_TIMEOUT_S, method: str = ""):
         session = self._session()
         if fn._generation != session.generation:
             raise ContestantCrashed(f"`{fn._name}` lived in a process of the notebook that has stopped")
         encoder = self._encoder(session)
-        header = {"op": "call", "h": fn._node(), "args": encoder.encode(list(args)),
+        header = {"op": "callattr" if method else "call", "h": fn._node(), "args": encoder.encode(list(args)),
                   "kwargs": encoder.encode(dict(kwargs))}
-        what = f"calling `{fn._name}`"
+        if method:
+            header["name"] = method
+        what = f"calling `{fn._name}.{method}`" if method else f"calling `{fn._name}`"
         reply, buffers = session.request(header, encoder.buffers, what, timeout)
         value = self._result(reply, buffers, session, what)
         self._write_back(reply.get("mutated"), buffers, session, args, kwargs, what)

@@ -82,6 +82,13 @@ def pytest_configure(config):
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True
     config._grading = GradingState(config)
+    # A process that will run graders (not xdist's controller, not a collect-only run) starts
+    # its contestants' zygote now: its `import torch` overlaps the collection.
+    runs_tests = hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
+    if runs_tests and not config.getoption("collectonly") and os.environ.get(IN_PROCESS) != "1":
+        from grading import judge
+
+        judge.launcher().prestart()
     config.pluginmanager.register(substitute, "grading-substitute")
     config.pluginmanager.register(config._grading, "grading-state")
 

@@ -33,6 +33,7 @@ import json
 import math
 import socket
 import struct
+import weakref
 from dataclasses import asdict, dataclass, field
 
 HEADER_CAP = 4 * 2**20  # bytes of one message's JSON: values, names, messages
@@ -53,23 +54,36 @@ class ChannelClosed(WireError):
 
 
 # -- frames ------------------------------------------------------------------------------------
+SMALL = 64 * 1024  # a message this small goes out in one write and comes in with one read
+
+
 def send(sock: socket.socket, header: dict, buffers: list[bytes] = ()) -> None:
     data = json.dumps(header, separators=(",", ":"), allow_nan=True).encode()
     total = sum(len(b) for b in buffers)
-    sock.sendall(_PREFIX.pack(len(data), total) + data)
+    frame = _PREFIX.pack(len(data), total) + data
+    if total + len(frame) <= SMALL:  # one system call: a call's round trip is most of its cost
+        sock.sendall(b"".join([frame, *buffers]))
+        return
+    sock.sendall(frame)
     for b in buffers:
         sock.sendall(b)
 
 
+_pending: "weakref.WeakKeyDictionary[socket.socket, bytearray]" = weakref.WeakKeyDictionary()
+
+
 def _read_exact(sock: socket.socket, n: int) -> bytes:
-    chunks, left = [], n
-    while left:
-        chunk = sock.recv(min(left, 1 << 20))
+    """``n`` bytes: from what an earlier read brought in beyond its message, then from the
+    socket, asking for at least SMALL at a time so a small message takes one read."""
+    pending = _pending.setdefault(sock, bytearray())
+    while len(pending) < n:
+        chunk = sock.recv(max(SMALL, min(n - len(pending), 1 << 20)))
         if not chunk:
             raise ChannelClosed("the channel closed")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+        pending += chunk
+    out = bytes(pending[:n])
+    del pending[:n]
+    return out
 
 
 def receive(sock: socket.socket, header_cap: int = HEADER_CAP, buffers_cap: int = BUFFERS_CAP) -> tuple[dict, bytes]:
