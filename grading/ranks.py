@@ -40,7 +40,7 @@ def join() -> None:
     store = _state.get("store") or dist.TCPStore("127.0.0.1", int(rank["port"]), is_master=False,
                                                  timeout=datetime.timedelta(seconds=RENDEZVOUS_TIMEOUT_S))
     _state["store"] = store
-    _count_sends(_state["counter"])
+    count_sends(_state["counter"])
     dist.init_process_group("gloo", store=store, rank=int(rank["rank"]), world_size=int(rank["world_size"]),
                             timeout=datetime.timedelta(seconds=float(rank["op_timeout"])))
 
@@ -63,7 +63,9 @@ def finish() -> None:
         pass
 
 
-def _count_sends(counter: dict) -> None:
+def count_sends(counter: dict) -> None:
+    """Wrap torch.distributed.isend (which send and batch_isend_irecv call) to count what is
+    sent into ``counter`` ("bytes", "sends"); the book's distlab counts its ranks with it too."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
