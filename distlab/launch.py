@@ -202,9 +202,14 @@ def _helper(spec_path: str) -> int:
     from grading.contestant import apply_limits
 
     apply_limits(json.loads(os.environ.get("GRADING_LIMITS", "{}") or "{}"))
-    store = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                                       timeout=datetime.timedelta(seconds=RENDEZVOUS_TIMEOUT_S))
-    spec["port"] = store.port  # every rank, forked below, reads it
+    # A free port for rank 0's rendezvous store, found without starting the store here: a
+    # store runs a thread, and a process forked from one with threads may deadlock or crash.
+    # (Inside the sandbox's own network namespace nothing else can take the port meanwhile.)
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        spec["port"] = probe.getsockname()[1]  # every rank, forked below, reads it
 
     pids = []
     for rank in range(spec["world_size"]):
@@ -247,7 +252,7 @@ def _rank(spec: dict, rank: int) -> int:
     nb = load_notebook(spec["notebook"])
     calls = torch.load(folder / f"calls{rank}.pt", weights_only=True)
     op_timeout = datetime.timedelta(seconds=spec["op_timeout"])
-    store = dist.TCPStore("127.0.0.1", spec["port"], is_master=False,
+    store = dist.TCPStore("127.0.0.1", spec["port"], is_master=rank == 0, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=RENDEZVOUS_TIMEOUT_S))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=spec["world_size"], timeout=op_timeout)
     prefix = f"{Path(spec['notebook']).resolve()}#cell-"
