@@ -82,6 +82,12 @@ class Limits:
     max_processes: int = MAX_PROCESSES
     max_open_files: int = 1024
 
+    def rlimits(self, cpu: bool = True) -> str:
+        """``GRADING_LIMITS``: what :func:`grading.contestant.apply_limits` sets in the child."""
+        return json.dumps({"memory_mb": self.memory_mb, "cpu_seconds": self.cpu_seconds if cpu else 0,
+                           "file_size_cap": self.file_size_cap, "max_processes": self.max_processes,
+                           "max_open_files": self.max_open_files})
+
 
 class Launcher:
     """One zygote per judge process, started when first needed (and again if it died)."""
@@ -116,10 +122,7 @@ class Launcher:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
         env.update({str(k): str(v) for k, v in self.env.items()})
         env["GLOO_SOCKET_IFNAME"] = "lo"  # Chapter 10's ranks: loopback, inside the sandbox's own network
-        env["GRADING_LIMITS"] = json.dumps({
-            "memory_mb": self.limits.memory_mb, "cpu_seconds": self.limits.cpu_seconds,
-            "file_size_cap": self.limits.file_size_cap, "max_processes": self.limits.max_processes,
-            "max_open_files": self.limits.max_open_files})
+        env["GRADING_LIMITS"] = self.limits.rlimits()
         self.proc = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, pass_fds=(zygote_end.fileno(),),
                                      start_new_session=True)
@@ -407,7 +410,6 @@ class RemoteNotebook:
         self.exercise: str | None = None
         self.session: Session | None = None
         self.report = LoadReport()
-        self.loaded_once = False
         self.exceptions: dict[str, type] = {}  # the notebook's exception classes, as classes of the judge's own
         self.remotes: dict[tuple[int, int], Remote] = {}
         self.variants: dict[str, RemoteNotebook] = {}
@@ -479,7 +481,6 @@ class RemoteNotebook:
                           references=substitute.reference_package(self.stem, self.exercise), **self.extra)
             self.session = Session(spawn, self.launch or launcher(self.extra.get("env")))
             self.report = self.session.report
-            self.loaded_once = True
         return self.session
 
     def __getattr__(self, item: str):
@@ -736,9 +737,7 @@ def contain(argv: list[str], work: Path, env: dict, *, show_tests: bool = False)
     env = {**env, "HOME": str(work), "TMPDIR": str(work), "TRITON_CACHE_DIR": str(work / ".triton"),
            "MPLCONFIGDIR": str(work / ".matplotlib"), "XDG_CACHE_HOME": str(work / ".cache"),
            "TORCHINDUCTOR_CACHE_DIR": str(work / ".inductor"),
-           "GRADING_LIMITS": json.dumps({"memory_mb": limits.memory_mb, "file_size_cap": limits.file_size_cap,
-                                         "max_processes": limits.max_processes,
-                                         "max_open_files": limits.max_open_files})}
+           "GRADING_LIMITS": limits.rlimits(cpu=False)}
     if not sandbox.status().sandboxed:
         return argv, env
     uid = limits.uid if limits.uid is not None else _default_uid()

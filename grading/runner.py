@@ -35,8 +35,6 @@ _live_lock = threading.Lock()
 OUTPUT_CAP = 64 * 1024  # bytes of a child's stdout+stderr that are kept
 RESULTS_CAP = 16 * 2**20  # bytes of outcome lines read from a child (a flood is cut, not stored)
 FILE_SIZE_CAP = 512 * 2**20  # no single file written by a child may exceed this
-MAX_PROCESSES = 64  # processes and threads of one child (RLIMIT_NPROC): a fork bomb stops here
-MAX_OPEN_FILES = 1024
 # What one student's chapter may take by default, for every front door (grading.batch's
 # --timeout and --memory-mb, the Gradescope autograder, nbgrader's autograder cells).
 DEFAULT_TIMEOUT_S = 300  # wall-clock seconds
@@ -82,7 +80,7 @@ def child_env(work: Path, threads: int, cuda_devices: str) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": t, "NUMEXPR_NUM_THREADS": t, "VECLIB_MAXIMUM_THREADS": t,
         "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
         "PYTHONFAULTHANDLER": "1", "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "TORCHINDUCTOR_COMPILE_THREADS": "1",  # inductor's worker pool would count against MAX_PROCESSES
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",  # inductor's worker pool would count against the process limit
     })
     return env
 
@@ -166,8 +164,7 @@ def run_child(spec: dict, *, timeout: float, memory_mb: int, threads: int = 1, c
                 "test_files": [str(Path(f).resolve()) for f in spec["test_files"]] + hidden_copies,
                 "hidden_dir": str(hidden), "notebooks": str(notebooks), "work_dir": str(work),
                 "threads": threads, "memory_mb": memory_mb, "gpu_visible": bool(cuda_devices),
-                "file_size_cap": FILE_SIZE_CAP, "cpu_seconds": int(timeout) + 5,
-                "max_processes": MAX_PROCESSES, "max_open_files": MAX_OPEN_FILES}
+                "file_size_cap": FILE_SIZE_CAP, "cpu_seconds": int(timeout) + 5}
         read_fd, write_fd = os.pipe()
         # The judge (grading.child) runs the graders and the hidden tests, never the
         # notebook: it is not sandboxed itself. Its contestants are (grading.judge), each as

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import importlib
 import re
 import types
@@ -391,6 +392,7 @@ def _closure(start: set[str], uses: dict[str, set[str]]) -> set[str]:
     return seen
 
 
+@functools.lru_cache(maxsize=None)  # parsed once per exercise: every contestant of it gets the same
 def reference_package(stem: str, exercise: str | None) -> dict | None:
     """What a contestant grading ``exercise`` alone is sent of the references: the owned
     names, a spec per ``SUBSTITUTES`` entry, and the source of each reference module with
