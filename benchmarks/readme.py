@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks.results import load_all
+from benchmarks.results import CPU_FLAGS, load_all
 from grading.layout import ROOT
 
 README = ROOT / "README.md"
@@ -71,6 +71,16 @@ def fmt_value(record: dict) -> str:
     return f"{value:.3g}"
 
 
+def cpu_id(m: dict) -> str:
+    """'family 25, model 17, stepping 1, flags avx2 avx512f avx512_bf16', or what is missing:
+    the brand name alone ("AMD EPYC") does not tell two generations apart."""
+    if m.get("cpu_family") is None:
+        return "CPU family, model and flags not recorded"
+    flags = " ".join(m.get("cpu_flags") or []) or "none of " + ", ".join(CPU_FLAGS)
+    return (f"family {m['cpu_family']}, model {m.get('cpu_model_number')}, stepping {m.get('cpu_stepping')}, "
+            f"flags {flags}")
+
+
 def render() -> str:
     """The table, the list of runs it draws on, and the markers around them."""
     runs = load_all()
@@ -96,7 +106,7 @@ def render() -> str:
             continue
         m = run["machine"]
         vm = ", a virtual machine" if m.get("virtual_machine") else ""
-        lines.append(f"[{i + 1}] {run['date']}, {m['cpu_model']} ({m['cpu_vendor']}{vm}), "
+        lines.append(f"[{i + 1}] {run['date']}, {m['cpu_model']} ({m['cpu_vendor']}{vm}), {cpu_id(m)}, "
                      f"{m['logical_cores']} logical cores, {m['torch_threads']} torch thread"
                      f"{'s' if m['torch_threads'] != 1 else ''}, {m['blas']}, torch {m['torch']}"
                      f"{', GPU ' + m['gpu'] if m.get('gpu') else ', no GPU'}; {run['source']} "

@@ -4,7 +4,9 @@
 A file holds ``{"date", "written", "machine", "source", "records"}``: ``written`` is the UTC
 time of its last write (it orders two files of one day; older files lack it and count as
 written first), ``machine`` says what ran the
-benchmarks (CPU model and vendor, cores, torch's threads, BLAS, torch version),
+benchmarks (CPU model and vendor; family, model number, stepping and the flags of
+``CPU_FLAGS``; cores, torch's threads, BLAS, torch version; files written before those
+CPU fields were recorded lack them),
 ``source`` how the file came to be, and ``records`` is the list of
 ``Record.to_json()``. ``python -m benchmarks --results MODULES`` writes today's file for
 this CPU, adding to it when it exists (the records of a module run again replace the
@@ -49,12 +51,32 @@ def blas_build() -> str:
     return f"{name}, {capability}"
 
 
+# The CPU flags that decide which kernels the BLAS and SDPA run: AVX2 and AVX-512 (with
+# its BF16 and VNNI extensions) and AMX. Two CPUs of one brand name ("AMD EPYC") can
+# differ in every one of them.
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
 def machine(threads: int) -> dict[str, object]:
-    """What ran the benchmarks: CPU model and vendor, logical cores, torch threads, BLAS."""
+    """What ran the benchmarks: CPU model and vendor, its family, model number and stepping
+    (which tell two CPUs of one brand name apart: family 25 model 17 is a Zen 4 EPYC), the
+    flags of :data:`CPU_FLAGS` it has, logical cores, torch threads, BLAS."""
     info = _cpuinfo()
+    flags = set(info.get("flags", "").split())
     return {
         "cpu_model": info.get("model name") or platform.processor() or "unknown CPU",
         "cpu_vendor": info.get("vendor_id", "unknown vendor"),
+        "cpu_family": _int_or_none(info.get("cpu family")),
+        "cpu_model_number": _int_or_none(info.get("model")),
+        "cpu_stepping": _int_or_none(info.get("stepping")),
+        "cpu_flags": [flag for flag in CPU_FLAGS if flag in flags],
         "logical_cores": os.cpu_count(),
         "torch_threads": threads,
         "blas": blas_build(),
@@ -82,7 +104,8 @@ def write_results(records: list[dict], threads: int, date: str | None = None) ->
     here = machine(threads)
     path = results_path(date, str(here["cpu_model"]), threads)
     old = json.loads(path.read_text()) if path.exists() else None
-    if old is not None and old["machine"] != here:
+    # A file written before a machine field existed is this machine's if the fields it has agree.
+    if old is not None and any(old["machine"].get(key, here[key]) != here[key] for key in here):
         raise RuntimeError(f"{path.name} was written by another machine or thread count "
                            f"({old['machine']}); this one is {here}. Move it aside first.")
     merged = {r["name"]: r for r in (old["records"] if old else [])}

@@ -81,6 +81,21 @@ def test_results_files_say_which_machine():
             assert set(record) >= {"name", "value", "unit", "goal", "pass", "note"}, run["file"]
 
 
+def test_new_results_name_the_cpu_exactly():
+    """A brand name ("AMD EPYC") does not tell a Zen 3 from a Zen 4: new files carry the
+    family, model number, stepping and the flags that pick the BLAS's kernels."""
+    from benchmarks.readme import cpu_id
+    from benchmarks.results import CPU_FLAGS, machine
+
+    here = machine(1)
+    for key in ("cpu_family", "cpu_model_number", "cpu_stepping", "cpu_flags"):
+        assert key in here, f"machine() lacks {key}"
+    assert set(here["cpu_flags"]) <= set(CPU_FLAGS)
+    m = dict(here, cpu_family=25, cpu_model_number=17, cpu_stepping=1, cpu_flags=["avx2", "avx512f"])
+    assert cpu_id(m) == "family 25, model 17, stepping 1, flags avx2 avx512f"
+    assert cpu_id({"cpu_model": "AMD EPYC"}) == "CPU family, model and flags not recorded"
+
+
 def test_results_are_added_to_the_file_of_the_day(tmp_path, monkeypatch):
     from benchmarks import results
 
