@@ -176,3 +176,82 @@ def test_annotate_is_idempotent_and_changes_only_metadata_and_autograder_cells()
     assert nbformat.writes(annotate(nb, STEM, points)) == nbformat.writes(again)
     with pytest.raises(ValueError, match="no graded tests"):
         annotate(nb, STEM, {e: p for e, p in points.items() if e != "1.3"})
+
+
+# -- a kernel that cannot import the grader is an error, not a zero (issue 27, item 3) ------------
+SHIPPED_CONFIG = ROOT / "tools" / "nbgrader" / "nbgrader_config.py"
+
+
+def _run_nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NBGRADER", "PYTHONPATH"))}
+    # JUPYTER_PATH comes first in the kernels' search (a virtual environment's own
+    # share/jupyter/kernels/python3 would otherwise win over JUPYTER_DATA_DIR).
+    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", JUPYTER_RUNTIME_DIR=str(course / ".runtime"),
+               JUPYTER_DATA_DIR=str(course / ".data"), JUPYTER_CONFIG_DIR=str(course / ".config"),
+               JUPYTER_PATH=str(course / ".data"))
+    return subprocess.run([str(BIN / "nbgrader"), *args], cwd=course, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def _course_with_a_kernel_without_the_grader(tmp: Path, config: str) -> Path:
+    """A course whose ``python3`` kernel is a Python with the book's third-party packages
+    but not this checkout (nbgrader in a virtual environment of its own, before the
+    kernel step of the README), and one student who handed in the unsolved notebook."""
+    from tests.meta.isolated_python import assert_isolated, make_isolated_python
+
+    python = make_isolated_python(tmp / "kernel-venv")
+    assert_isolated(python, tmp)
+    course = tmp / "course"
+    (course / "source" / ASSIGNMENT).mkdir(parents=True)
+    (course / "nbgrader_config.py").write_text(config)
+    spec = course / ".data" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (without the grader)", "language": "python"}))
+    (course / "source" / ASSIGNMENT / f"{STEM}.ipynb").write_bytes(SUBMISSIONS["solved"].read_bytes())
+    done = _run_nbgrader(course, "generate_assignment", ASSIGNMENT, "--force")
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = course / "submitted" / "alice" / ASSIGNMENT
+    folder.mkdir(parents=True)
+    (folder / f"{STEM}.ipynb").write_bytes(SUBMISSIONS["unsolved"].read_bytes())
+    return course
+
+
+def test_a_kernel_that_cannot_import_the_grader_fails_autograde_loudly(tmp_path):
+    """With the shipped nbgrader_config.py, an autograder cell that raises (here: no
+    ``grading`` in the kernel) stops the notebook's autograding: nbgrader lists the
+    student among its errors and exits 1, naming the cell and the kernel step."""
+    if not (BIN / "nbgrader").exists():
+        pytest.fail(f"nbgrader is not installed in {BIN.parent} (it is pinned in requirements.txt: make install)")
+    course = _course_with_a_kernel_without_the_grader(tmp_path, SHIPPED_CONFIG.read_text())
+    done = _run_nbgrader(course, "autograde", ASSIGNMENT, "--force")
+    log = done.stdout + done.stderr
+    assert done.returncode != 0, log[-3000:]
+    assert "There was an error processing assignment 'ch01' for student 'alice'" in log, log[-3000:]
+    assert "No module named 'grading'" in log and "ipykernel install --prefix" in log, log[-3000:]
+    assert not (course / "autograded" / "alice" / ASSIGNMENT / f"{STEM}.ipynb").exists()
+
+
+def test_without_the_shipped_config_the_same_kernel_is_a_silent_zero(tmp_path):
+    """What the shipped configuration prevents (issue 27): nbgrader records the raised
+    autograder cells as failed grade cells and exits 0."""
+    if not (BIN / "nbgrader").exists():
+        pytest.fail(f"nbgrader is not installed in {BIN.parent}")
+    course = _course_with_a_kernel_without_the_grader(tmp_path, CONFIG)
+    done = _run_nbgrader(course, "autograde", ASSIGNMENT, "--force")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    nb = json.loads((course / "autograded" / "alice" / ASSIGNMENT / f"{STEM}.ipynb").read_text())
+    errors = [o for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade")
+              for o in c.get("outputs", []) if o["output_type"] == "error"]
+    assert errors and all(o["evalue"] == "No module named 'grading'" for o in errors)
+
+
+def test_the_student_config_gives_validate_the_autograders_timeout():
+    """The Validate button grades the chapter in its first autograder cell: its timeout
+    must be the instructor's, not nbgrader's 30 s."""
+    from traitlets.config import PyFileConfigLoader
+
+    student = PyFileConfigLoader("student_nbgrader_config.py", str(SHIPPED_CONFIG.parent)).load_config()
+    instructor = PyFileConfigLoader(SHIPPED_CONFIG.name, str(SHIPPED_CONFIG.parent)).load_config()
+    assert student.Execute.timeout == instructor.Execute.timeout >= 600
