@@ -432,15 +432,48 @@ def parse_args(argv):
     p.add_argument("--extra-tests", type=Path, default=None,
                    help="folder of hidden test files test_NN_*.py: graded and in the gradebook, "
                         "never shown in feedback")
-    p.add_argument("--chapters", default="", help="grade only these chapters, e.g. '01_kv_memory' or '1,3'")
+    p.add_argument("--chapters", default="",
+                   help="grade only these chapters, e.g. '01_kv_memory' or '1,3' (default: every chapter "
+                        "that at least one submission holds a notebook of)")
+    p.add_argument("--due", default="", help="the due date, an ISO time (2026-12-01T23:59, or with an offset: "
+                                             "...+01:00); work handed in later loses --late-penalty")
+    p.add_argument("--late-penalty", default="",
+                   help="FRACTION[:CAP]: the fraction of the points taken per started day after --due, at most "
+                        "CAP (default 1), e.g. 0.1:0.5 (needs --due)")
+    p.add_argument("--submitted", type=Path, default=None,
+                   help="CSV with the header student,submitted (ISO times): when each submission was handed in, "
+                        "for --due (an LMS download's names give Blackboard's attempt time and Canvas's late mark)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
+
+
+def lateness_of(args, students: list[str], lms_info: dict, submitted: dict, matched: dict) -> dict:
+    """{student: grading.late.Lateness} for the run's --due and --late-penalty: the time from
+    --submitted (by the submission's name or its roster id), else from the LMS's file names."""
+    from grading import late
+
+    if not args.due:
+        return {}
+    due = late.parse_time(args.due, "--due")
+    policy = late.LatePolicy.parse(args.late_penalty)
+    out = {}
+    for s in students:
+        who = matched.get(s)
+        when = submitted.get(s) or (submitted.get(who.id) if who else None)
+        info = lms_info.get(s)
+        if when is None and info is not None and info.attempt is not None:
+            when = info.attempt.astimezone()  # Blackboard's attempt time, in this machine's zone
+        out[s] = late.lateness(when, due, policy, marked_late=bool(info and info.late))
+    return out
 
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if not args.submissions.is_dir():
         print(f"{args.submissions} is not a folder", file=sys.stderr)
+        return 2
+    if bool(args.due) != bool(args.late_penalty):
+        print("error: --due and --late-penalty go together (give both, or neither)", file=sys.stderr)
         return 2
     if args.extra_tests is not None:
         args.extra_tests = args.extra_tests.resolve()
@@ -452,68 +485,104 @@ def main(argv=None) -> int:
     if not chapters:
         print("no chapters to grade (tests/test_NN_*.py with solutions/NN_*.ipynb)", file=sys.stderr)
         return 2
-    hidden = hidden_tests(args.extra_tests, chapters)
     try:
         overrides = gb.read_overrides(args.overrides) if args.overrides else []
         roster = gb.read_roster(args.roster) if args.roster else []
+        from grading import late
+
+        submitted = late.read_submitted(args.submitted) if args.submitted else {}
+        if args.due:
+            late.parse_time(args.due, "--due"), late.LatePolicy.parse(args.late_penalty)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    scratch = Path(tempfile.mkdtemp(prefix="grade-unzip-"))
+    try:
+        return _grade_class(args, chapters, overrides, roster, submitted, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) -> int:
+    """The run of :func:`main` once its inputs are read: match, choose the chapters, grade, write."""
+    from grading import lms
+
+    lms_students, taken = lms.gather(args.submissions, scratch)
+    students, ignored = list_students(args.submissions, skip=taken)
+    students = sorted(students + [(x.name, x.folder) for x in lms_students])
+    lms_info = {x.name: x for x in lms_students}
+    for name in ignored:
+        print(f"ignored {name}: neither a folder, a .zip, nor a file named as an LMS's download names it "
+              "(Canvas, Moodle, Blackboard)", file=sys.stderr)
+    subs = {student: open_submission(student, entry, chapters, scratch, n)
+            for n, (student, entry) in enumerate(students)}
+    if args.chapters:
+        why = "chosen with --chapters"
+    else:
+        # A week-1 class must not be graded (and imported) out of every chapter of the book.
+        handed_in = {stem for sub in subs.values() for stem in [*sub.notebooks, *sub.ambiguous]}
+        chosen = [c for c in chapters if c.stem in handed_in]
+        why = "the chapters the submissions hold notebooks of; choose others with --chapters"
+        if chosen:
+            chapters = chosen
+        else:
+            why = "every chapter: no submission holds a notebook of any"
+    chapters_line = f"chapters graded: {', '.join(c.stem for c in chapters)} ({why})"
+    matched, roster_problems = gb.match_roster([s for s, _ in students], roster,
+                                               {x.name: x.keys for x in lms_students}) if roster else ({}, [])
+    overrides = gb.resolve_override_students(overrides, [s for s, _ in students], matched)
+    lateness = lateness_of(args, [s for s, _ in students], lms_info, submitted, matched)
+    hidden = hidden_tests(args.extra_tests, chapters)
     grader = Grader(GradeConfig.from_args(args), chapters, hidden)
-    book = gb.Gradebook(args.out, args.resume, overrides)
+    book = gb.Gradebook(args.out, args.resume, overrides, lateness)
     box = sandbox.status()
     if not box.sandboxed or not args.quiet:
         print(box.line if box.sandboxed else f"WARNING: {box.line}", file=sys.stderr)
+    print(chapters_line, file=sys.stderr)  # in every run, quiet too: it decides max_total
     if not args.quiet:
         print(f"grading {', '.join(c.stem for c in chapters)} for the entries of {args.submissions} "
               f"({args.workers} workers, {args.timeout:g} s and {args.memory_mb} MB per chapter)", file=sys.stderr)
     grader.baseline = fingerprint(chapters, [p for ps in hidden.values() for p in ps])
-    if any("modellab" in c.test_file.read_text() for c in chapters):
+    if any("modellab" in c.test_file.read_text() for c in chapters):  # only when Chapter 8 is graded
         from modellab.load import prepare_cache
 
         # Converted here, once, where writing to the repository's _build/ is allowed; a cache
         # converted before the sandbox existed is made readable by the sandbox's user.
         prepare_cache()
 
-    students, ignored = list_students(args.submissions)
-    for name in ignored:
-        print(f"ignored {name}: neither a folder nor a .zip", file=sys.stderr)
-    scratch = Path(tempfile.mkdtemp(prefix="grade-unzip-"))
     tasks: list[Task] = []
-    try:
-        for n, (student, entry) in enumerate(students):
-            regraded = book.changed(student, submission_digest(entry))
+    for n, (student, entry) in enumerate(students):
+        regraded = book.changed(student, submission_digest(entry))
+        if regraded:
+            print(f"{student}: {regraded}", file=sys.stderr)
+        sub = subs[student]
+        if gb.task_id(student, "") not in book.done:
+            rows = submission_rows(student, sub, chapters)
             if regraded:
-                print(f"{student}: {regraded}", file=sys.stderr)
-            sub = open_submission(student, entry, chapters, scratch, n)
-            if gb.task_id(student, "") not in book.done:
-                rows = submission_rows(student, sub, chapters)
-                if regraded:
-                    rows.append(gb.Row(student, "", "", 0, 0, gb.NOTE, f"regraded: {regraded.split(';')[0]}"))
-                book.add(student, "", rows)
-            tasks += [t for t in submission_tasks(student, sub, chapters)
-                      if gb.task_id(student, t.chapter.stem) not in book.done]
-        if tasks:
-            grader.collect_plan()
-            try:
-                run_tasks(grader, book, tasks, args, {s for s, _ in students})
-            except KeyboardInterrupt:
-                kill_all()  # any child started while the queue was being stopped
-                print(f"\ninterrupted: what finished is in {book.path}; rerun with --resume to grade the rest",
-                      file=sys.stderr)
-                return 130
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+                rows.append(gb.Row(student, "", "", 0, 0, gb.NOTE, f"regraded: {regraded.split(';')[0]}"))
+            book.add(student, "", rows)
+        tasks += [t for t in submission_tasks(student, sub, chapters)
+                  if gb.task_id(student, t.chapter.stem) not in book.done]
+    if tasks:
+        grader.collect_plan()
+        try:
+            run_tasks(grader, book, tasks, args, {s for s, _ in students})
+        except KeyboardInterrupt:
+            kill_all()  # any child started while the queue was being stopped
+            print(f"\ninterrupted: what finished is in {book.path}; rerun with --resume to grade the rest",
+                  file=sys.stderr)
+            return 130
     book.finish()
     for student, _ in students:
         gb.write_feedback(args.out, student, book.student_rows(student))
     final = book.final_rows()
-    matched, roster_problems = gb.match_roster([s for s, _ in students], roster) if roster else ({}, [])
     wide = gb.write_wide(args.out, final, roster, matched)
+    _, canvas_problems = gb.write_canvas(args.out, final, roster, matched)
     extra = [f"overrides: {p}" for p in book.override_problems()] + [f"roster: {p}" for p in roster_problems]
+    extra += [f"canvas: {p}" for p in canvas_problems] if roster else []
     for line in extra:
         print(line, file=sys.stderr)
-    review = gb.write_review_list(args.out, final, sandbox.status().line, extra)
+    review = gb.write_review_list(args.out, final, sandbox.status().line, extra, chapters_line)
     flagged = sum(r.status in gb.FOR_REVIEW for r in final)
     if not args.quiet:
         print(f"wrote {book.path}, {wide.name}, {len(students)} feedback files in {args.out / 'feedback'} and {review} "

@@ -207,8 +207,10 @@ class Gradebook:
     ``.hashes`` holds each student's content hash, so ``--resume`` regrades a
     student whose files changed (:meth:`changed`)."""
 
-    def __init__(self, out: Path, resume: bool, overrides: list["Override"] = ()):
+    def __init__(self, out: Path, resume: bool, overrides: list["Override"] = (), late: dict | None = None):
         self.out = out
+        # student -> grading.late.Lateness: applied, like the overrides, when rows are read
+        self.late = dict(late or {})
         self.path = out / "gradebook.csv"
         self.done_path = out / ".done"
         self.graded_path = out / ".graded.csv"
@@ -227,7 +229,8 @@ class Gradebook:
             # Rows appended after the last finish; an overridden row was written by a finish,
             # and the grade it replaced is in .graded.csv.
             self.rows += [r for r in _read_rows(self.path) if task_id(r.student, r.chapter) in self.done
-                          and task_id(r.student, r.chapter) not in covered and r.status != OVERRIDDEN]
+                          and task_id(r.student, r.chapter) not in covered and r.status != OVERRIDDEN
+                          and not (r.status == NOTE and r.message.startswith(LATE_NOTE))]
             if self.hashes_path.exists():
                 self.hashes = dict(line.split("\t", 1) for line in self.hashes_path.read_text().splitlines()
                                    if "\t" in line)
@@ -287,17 +290,32 @@ class Gradebook:
         with self.lock:
             self.rows.sort(key=lambda r: (r.student, r.chapter == "", r.chapter, exercise_order(r.exercise)))
             _write_rows(self.graded_path, self.rows)
-            self._rewrite(apply_overrides(self.rows, self.overrides)[0])
+            self._rewrite(self._adjusted(self.rows)[0])
+
+    def _adjusted(self, rows: list[Row]) -> tuple[list[Row], list[str]]:
+        """The graded rows as they count: each student's late penalty (grading.late), then
+        the overrides (which set points, so they win); and the overrides not applied."""
+        from grading import late
+
+        penalised = []
+        for student in dict.fromkeys(r.student for r in rows):
+            penalised += late.apply([r for r in rows if r.student == student], self.late.get(student))
+        return apply_overrides(penalised, self.overrides)
 
     def final_rows(self) -> list[Row]:
-        """Every row, with the overrides applied."""
-        return apply_overrides(self.rows, self.overrides)[0]
+        """Every row, with the late penalties and the overrides applied."""
+        return self._adjusted(self.rows)[0]
 
     def override_problems(self) -> list[str]:
-        return apply_overrides(self.rows, self.overrides)[1]
+        return self._adjusted(self.rows)[1]
 
     def student_rows(self, student: str) -> list[Row]:
-        return apply_overrides([r for r in self.rows if r.student == student], self.overrides)[0]
+        return self._adjusted([r for r in self.rows if r.student == student])[0]
+
+
+# How a late penalty's note row begins (grading.late writes it; a resumed run drops it and
+# applies the penalty afresh).
+LATE_NOTE = "late: "
 
 
 # -- overrides: an instructor's corrections --------------------------------------------
@@ -359,7 +377,12 @@ def apply_overrides(rows: list[Row], overrides: list[Override]) -> tuple[list[Ro
     for o in overrides:
         hits = [i for i, r in enumerate(out) if r.student == o.student and r.exercise == o.exercise]
         if not hits:
-            problems.append(f"override on line {o.line} ({o.student}, {o.exercise}) matches no graded exercise")
+            if not any(r.student == o.student for r in out):
+                problems.append(f"override on line {o.line} ({o.student}, {o.exercise}) matches no submission: "
+                                f"{o.student!r} is neither a submission's name nor the roster id, email or name "
+                                "of one (--roster); not applied")
+            else:
+                problems.append(f"override on line {o.line} ({o.student}, {o.exercise}) matches no graded exercise")
             continue
         for i in hits:
             r = out[i]
@@ -374,6 +397,28 @@ def apply_overrides(rows: list[Row], overrides: list[Override]) -> tuple[list[Ro
     return out, problems
 
 
+def resolve_override_students(overrides: list[Override], submissions: list[str],
+                              matched: dict[str, "Student"]) -> list[Override]:
+    """Overrides with each student written as the submission's name: an override may name
+    the student by the submission's name, or by the roster entry matched to it (its id,
+    email, the part of the email before ``@``, or name; case and punctuation ignored).
+    One that names neither, or a roster key that fits several submissions, is kept as
+    written, and :func:`apply_overrides` says it matches nothing."""
+    names = set(submissions)
+    by_key: dict[str, set[str]] = {}
+    for folder, s in matched.items():
+        for k in (s.id, s.email, s.email.split("@")[0], s.name):
+            if k:
+                by_key.setdefault(_key(k), set()).add(folder)
+    out = []
+    for o in overrides:
+        fits = by_key.get(_key(o.student), set())
+        if o.student not in names and len(fits) == 1:
+            o = Override(next(iter(fits)), o.exercise, o.points, o.reason, o.line)
+        out.append(o)
+    return out
+
+
 # -- the wide export and the roster -------------------------------------------------------
 @dataclass(frozen=True)
 class Student:
@@ -381,12 +426,17 @@ class Student:
     name: str = ""
     email: str = ""
     folder: str = ""  # the submission's name, where the roster gives it
+    # Canvas's own columns, where the roster is Canvas's gradebook export (gradebook_canvas.csv)
+    sis_user_id: str = ""
+    sis_login_id: str = ""
+    section: str = ""
 
 
 ROSTER_COLUMNS = {"id": ("id", "student id", "student_id", "studentid", "sis id", "sis_id", "sis user id"),
-                  "name": ("name", "student name", "full name"),
+                  "name": ("name", "student name", "full name", "student"),
                   "email": ("email", "e-mail", "email address", "mail"),
-                  "folder": ("folder", "submission", "login", "username", "user")}
+                  "folder": ("folder", "submission", "login", "username", "user", "sis login id"),
+                  "sis_user_id": ("sis user id",), "sis_login_id": ("sis login id",), "section": ("section",)}
 
 
 def read_roster(path: Path) -> list[Student]:
@@ -405,7 +455,7 @@ def read_roster(path: Path) -> list[Student]:
         out = []
         for n, d in enumerate(reader, start=2):
             values = {k: (d.get(c) or "").strip() for k, c in columns.items()}
-            if not any(values.values()):
+            if not any(values.values()) or values.get("name", "").strip().lower() in CANVAS_NOT_STUDENTS:
                 continue
             if not values["id"]:
                 raise ValueError(f"roster {path}, line {n}: the student id is empty")
@@ -417,19 +467,38 @@ def read_roster(path: Path) -> list[Student]:
     return out
 
 
+# Rows of a Canvas gradebook export that are not students.
+CANVAS_NOT_STUDENTS = ("points possible", "student, test")
+
+
 def _key(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "", text.lower())
 
 
-def match_roster(folders: list[str], roster: list[Student]) -> tuple[dict[str, Student], list[str]]:
-    """Which roster entry each submission is: its name equals (ignoring case and
-    punctuation) the entry's folder, id, email, the part of the email before ``@``,
-    or name. Returns {submission: entry} and what could not be matched, for review."""
+def _name_orders(name: str) -> list[str]:
+    """A name in both orders: "Alice Smith" and "Smith, Alice" are also "smithalice" and
+    "alicesmith" (Canvas names its download's files by the sortable name, "smithalice")."""
+    if "," in name:
+        last, _, first = name.partition(",")
+    else:
+        first, _, last = name.strip().rpartition(" ")
+    return [name, f"{first} {last}", f"{last} {first}"] if first and last else [name]
+
+
+def match_roster(folders: list[str], roster: list[Student], aliases: dict[str, list[str]] | None = None
+                 ) -> tuple[dict[str, Student], list[str]]:
+    """Which roster entry each submission is: its name, or one of its ``aliases`` (what
+    an LMS's file names said: the student part and the LMS's user id, grading.lms),
+    equals (ignoring case and punctuation) the entry's folder, id, email, the part of
+    the email before ``@``, or name (in either order). Returns {submission: entry} and
+    what could not be matched, for review."""
     found, problems = {}, []
+    aliases = aliases or {}
     for folder in folders:
-        k = _key(folder)
-        keys = lambda s: {_key(x) for x in (s.folder, s.id, s.email, s.email.split("@")[0], s.name) if x}
-        hits = [s for s in roster if k and k in keys(s)]
+        mine = {_key(x) for x in (folder, *aliases.get(folder, [])) if _key(x)}
+        keys = lambda s: {_key(x) for x in (s.folder, s.id, s.email, s.email.split("@")[0],
+                                             *(_name_orders(s.name) if s.name else [])) if x}
+        hits = [s for s in roster if mine & keys(s)]
         if len(hits) == 1:
             found[folder] = hits[0]
         elif hits:
@@ -474,6 +543,44 @@ def write_wide(out: Path, rows: list[Row], roster: list[Student] = (), matched: 
                 w.writerow(["", who.id, who.name, who.email, "", "", *["" for _ in exercises]])
     os.replace(tmp, path)
     return path
+
+
+CANVAS_FIELDS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+CANVAS_POINTS_ROW = "Points Possible"
+
+
+def write_canvas(out: Path, rows: list[Row], roster: list[Student] = (), matched: dict[str, Student] | None = None
+                 ) -> tuple[Path, list[str]]:
+    """``gradebook_canvas.csv`` in the layout of Canvas's gradebook import (the layout
+    Canvas's own export has): ``Student, ID, SIS User ID, SIS Login ID, Section``, then
+    one column per chapter graded (its points, the sum of its exercises'), and under the
+    header a ``Points Possible`` row with each chapter's maximum. Canvas identifies a
+    student by ``ID`` (its user id), ``SIS User ID`` or ``SIS Login ID``: those come from
+    the roster (``--roster``: Canvas's own export works as it is). A submission that no
+    roster entry matched has no id Canvas could use: it is left out and named in the
+    returned problems (for needs_review.md). Returns the path and the problems."""
+    matched = matched or {}
+    graded = [r for r in rows if r.exercise]
+    chapters = sorted({r.chapter for r in graded})
+    possible = {c: max((sum(r.max_points for r in graded if r.chapter == c and r.student == s)
+                        for s in {r.student for r in graded}), default=0) for c in chapters}
+    path = out / "gradebook_canvas.csv"
+    tmp = path.with_name(path.name + ".tmp")
+    problems = []
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow([*CANVAS_FIELDS, *chapters])
+        w.writerow([CANVAS_POINTS_ROW, "", "", "", "", *[_num(possible[c]) for c in chapters]])
+        for s in sorted({r.student for r in rows}):
+            who = matched.get(s)
+            if who is None:
+                problems.append(f"gradebook_canvas.csv: {s} is left out (no roster entry, so no Canvas id)")
+                continue
+            mine = [r for r in graded if r.student == s]
+            w.writerow([who.name or s, who.id, who.sis_user_id, who.sis_login_id, who.section,
+                        *[_num(sum(r.points for r in mine if r.chapter == c)) for c in chapters]])
+    os.replace(tmp, path)
+    return path, problems
 
 
 # -- feedback ---------------------------------------------------------------------------
@@ -537,11 +644,13 @@ def write_feedback(out: Path, student: str, rows: list[Row]) -> Path:
     return path
 
 
-def write_review_list(out: Path, rows: list[Row], sandbox_line: str = "", extra: list[str] = ()) -> Path:
+def write_review_list(out: Path, rows: list[Row], sandbox_line: str = "", extra: list[str] = (),
+                      chapters_line: str = "") -> Path:
     """``needs_review.md``: every row that wants a human look, every notebook no chapter
     claimed (even beside a complete submission: a stray ``Untitled.ipynb`` may be the
-    real work), ``extra`` lines (the roster, the overrides), and how the children were
-    isolated (a run without the sandbox says so at the top, where it cannot be missed)."""
+    real work), ``extra`` lines (the roster, the overrides), how the children were
+    isolated (a run without the sandbox says so at the top, where it cannot be missed),
+    and ``chapters_line``: which chapters were graded, and why those."""
     path = out / "needs_review.md"
     flagged: dict[tuple, list[str]] = {}
     for r in rows:
@@ -551,6 +660,8 @@ def write_review_list(out: Path, rows: list[Row], sandbox_line: str = "", extra:
     lines = ["# Needs a human look", ""]
     if sandbox_line:
         lines += [f"**{sandbox_line}**" if sandbox_line.startswith("sandbox: none") else sandbox_line, ""]
+    if chapters_line:
+        lines += [chapters_line, ""]
     for line in extra:
         lines.append(f"- {line}")
     if not flagged and not extra:

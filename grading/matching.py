@@ -185,11 +185,12 @@ def unpack_zip(path: Path, dest: Path) -> str:
     return ""
 
 
-def list_students(submissions: Path) -> tuple[list[tuple[str, Path]], list[str]]:
-    """(student, folder-or-zip) for every entry, sorted; and the entries ignored."""
+def list_students(submissions: Path, skip: set[str] = frozenset()) -> tuple[list[tuple[str, Path]], list[str]]:
+    """(student, folder-or-zip) for every entry, sorted; and the entries ignored.
+    ``skip``: entry names already taken as an LMS's bulk download (:func:`grading.lms.gather`)."""
     students, ignored = [], []
     for entry in sorted(submissions.iterdir()):
-        if entry.name.startswith(".") or entry.name in IGNORED_PARTS:
+        if entry.name.startswith(".") or entry.name in IGNORED_PARTS or entry.name in skip:
             continue
         if entry.is_dir():
             students.append((entry.name, entry))
