@@ -1,0 +1,178 @@
+"""What the chapters quote from committed benchmark results, read in one place.
+
+A chapter that reports a benchmark run (a run too long to repeat while the book builds)
+reads the committed file through this module and shows the reader the numbers, not the
+bookkeeping of finding them: which file, which run, which record is absent. Every value
+comes back as text ready to glue, "(not measured)" where the file lacks it, so a page
+builds, and says so, before any run is committed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from grading.layout import BENCH_RESULTS
+
+NOT_MEASURED = "(not measured)"
+
+# Chapter 9: the RoPE methods measured on the real model, in the order the page shows them.
+ROPE_METHODS = {"none": "no scaling", "pi": "position interpolation", "ntk": "NTK-aware", "yarn": "YaRN"}
+ROPE_PPL_FILE = BENCH_RESULTS / "09_rope_scaling_ppl.json"
+
+
+def rope_scaling_ppl(path: Path = ROPE_PPL_FILE) -> dict:
+    """Chapter 9's perplexity curves (``python -m benchmarks.bench_09_rope_scaling --write``).
+
+    Returns ``about`` (lines saying what was measured, when and on what), ``have`` (the
+    methods measured, in page order), ``names``, the file's ``data`` (None without a file),
+    ``table`` (rows: method, perplexity at L, at 2L, their ratio, of the tokens from L to
+    2L alone) and ``glue`` (the values the prose quotes, as text)."""
+    data = json.loads(path.read_text()) if path.exists() else None
+    have = [m for m in ROPE_METHODS if data and m in data["ppl"]]
+    out: dict = {"names": ROPE_METHODS, "have": have, "data": data, "about": [], "table": [], "glue": {}}
+    if not have:
+        out["about"].append("No measurement is committed yet: run `.venv/bin/python -m "
+                            f"benchmarks.bench_09_rope_scaling --write`, which writes "
+                            f"benchmarks/results/{path.name}, and rebuild the book.")
+        for m in ROPE_METHODS:
+            for key in (f"second_{m}", f"ratio_{m}", f"ppl_{m}_L", f"ppl_{m}_2L"):
+                out["glue"][key] = NOT_MEASURED
+        out["glue"]["trained_level"] = out["glue"]["none_leaves"] = NOT_MEASURED
+        return out
+
+    dates = data.get("dates", {m: data["date"] for m in have})
+    machines = data.get("machines", {m: data["machine"] for m in have})
+    runs = {m: (dates[m], machines[m]) for m in have}
+    for run in sorted(set(runs.values())):
+        which = ", ".join(ROPE_METHODS[m] for m in have if runs[m] == run)
+        out["about"].append(f"{which}: measured {run[0]} on {run[1]}")
+    out["about"].append(f"{data['model']}; {data['text']}")
+    missing = [ROPE_METHODS[m] for m in ROPE_METHODS if m not in have]
+    if missing:
+        out["about"].append("not measured in this file yet: " + ", ".join(missing))
+
+    trained, s, ppl = data["trained_len"], data["factor"], data["ppl"]
+    at = data["lengths"].index(trained)
+    for m in ROPE_METHODS:
+        if m not in ppl:
+            for key in (f"second_{m}", f"ratio_{m}", f"ppl_{m}_L", f"ppl_{m}_2L"):
+                out["glue"][key] = NOT_MEASURED
+            continue
+        # the perplexity of the tokens from L to 2L alone, from the two prefix perplexities
+        n_all, n_first = s * trained - 1, trained - 1
+        second = math.exp((math.log(ppl[m][-1]) * n_all - math.log(ppl[m][at]) * n_first) / (n_all - n_first))
+        out["table"].append((ROPE_METHODS[m], ppl[m][at], ppl[m][-1], ppl[m][-1] / ppl[m][at], second))
+        out["glue"].update({f"second_{m}": f"{second:.2f}", f"ratio_{m}": f"{ppl[m][-1] / ppl[m][at]:.2f}",
+                            f"ppl_{m}_L": f"{ppl[m][at]:.2f}", f"ppl_{m}_2L": f"{ppl[m][-1]:.2f}"})
+    if "none" in ppl:
+        nll, bin_ = data["nll_by_position"]["none"], data["bin"]
+        level = sum(nll[: trained // bin_]) / (trained // bin_)  # mean loss inside the trained context
+        leaves = next((j for j in range(trained // bin_, len(nll)) if nll[j] > level + 0.5), None)
+        out["glue"]["trained_level"] = f"{level:.2f}"
+        out["glue"]["none_leaves"] = f"{leaves * bin_:,}" if leaves is not None else NOT_MEASURED
+    else:
+        out["glue"]["trained_level"] = out["glue"]["none_leaves"] = NOT_MEASURED
+    return out
+
+
+def rope_scaling_table(summary: dict) -> str:
+    """The table of :func:`rope_scaling_ppl` as Markdown (the page renders it as HTML)."""
+    data = summary["data"]
+    trained, s = data["trained_len"], data["factor"]
+    lines = [f"| RoPE | ppl at {trained:,} | ppl at {s * trained:,} | ratio | tokens {trained:,} to "
+             f"{s * trained:,} alone |", "| --- | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {name} | {at_l:.2f} | {at_2l:.2f} | {ratio:.2f} | {second:.2f} |"
+              for name, at_l, at_2l, ratio, second in summary["table"]]
+    return "\n".join(lines)
+
+
+def rope_scaling_figure(summary: dict):
+    """Loss by position and perplexity against length, one line per method, one legend
+    below both panels. Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    data = summary["data"]
+    trained, bin_ = data["trained_len"], data["bin"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
+    for m in summary["have"]:
+        nll = data["nll_by_position"][m]
+        axes[0].plot([bin_ * (j + 0.5) for j in range(len(nll))], nll, label=summary["names"][m])
+        axes[1].plot(data["lengths"], data["ppl"][m], "o-", ms=3, label=summary["names"][m])
+    for ax in axes:
+        ax.axvline(trained, color="gray", ls=":", lw=1)
+        ax.set_xticks([4096, 8192, 12288, 16384], ["4K", "8K", "12K", "16K"])
+    axes[0].set(xlabel="position", ylabel=f"-log p, mean over {bin_} tokens", title="Loss by position")
+    axes[1].set(xlabel="tokens read", ylabel="perplexity of the prefix", title="Perplexity against length",
+                yscale="log")
+    axes[0].text(trained * 1.02, axes[0].get_ylim()[1] * 0.95, "L", color="gray", va="top")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=11, frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
+# Chapter 5: torch.compile'd flash attention, from the newest results file that measured it.
+def compiled_flash() -> dict:
+    """The run that measured ``flash.compiled_cpu_vs_sdpa_n4096`` (``python -m benchmarks
+    --results bench_05``): ``about`` (lines: the file, the machine, the records, the note)
+    and ``glue`` (compiled / SDPA, compiled / eager, eager / SDPA, the first call's seconds,
+    the machine and the date, as text)."""
+    from benchmarks.results import newest_with
+
+    newest = newest_with("flash.compiled_cpu_vs_sdpa_n4096")
+    if not newest:
+        return {"about": ["No committed results file holds flash.compiled_cpu_vs_sdpa_n4096 yet; on a quiet "
+                          "machine run `.venv/bin/python -m benchmarks --results bench_05`, commit the file "
+                          "it writes under benchmarks/results/, and rebuild the book."],
+                "glue": {"compiled_ratio": NOT_MEASURED, "compiled_over_eager": NOT_MEASURED,
+                         "compiled_eager_ratio": NOT_MEASURED, "compiled_first_call": NOT_MEASURED,
+                         "compiled_where": "(no run committed)", "compiled_date": "(no run committed)"}}
+    run, found = newest
+    m = run["machine"]
+    threads = m["torch_threads"]
+    where = (f"{m['cpu_model']} ({m['cpu_vendor']}), {threads} torch thread{'s' if threads != 1 else ''}, "
+             f"{m['blas']}, torch {m['torch']}")
+
+    def shown(name: str, spec: str) -> str:
+        value = found.get(name, {}).get("value")
+        if value is None or value != value:  # absent, or NaN when inductor failed
+            return NOT_MEASURED
+        return format(value, spec)
+
+    about = [f"benchmarks/results/{run['file']}, {run['date']}: {where}"]
+    about += [f"  {name}: {found[name]['value']:.3g}" for name in sorted(found)
+              if name.startswith(("flash.compile", "flash.cpu_vs_sdpa"))]
+    about.append("  note: " + found["flash.compiled_cpu_vs_sdpa_n4096"]["note"])
+    return {"about": about,
+            "glue": {"compiled_ratio": shown("flash.compiled_cpu_vs_sdpa_n4096", ".2f"),
+                     "compiled_over_eager": shown("flash.compiled_over_eager_n4096", ".2f"),
+                     "compiled_eager_ratio": shown("flash.cpu_vs_sdpa_n4096", ".2f"),
+                     "compiled_first_call": shown("flash.compile_first_call_s_n4096", ".0f"),
+                     "compiled_where": where, "compiled_date": run["date"]}}
+
+
+# Chapter 7: the Triton kernel against SDPA on a GPU (benchmarks/gpu_07_triton_kernels.py).
+GPU_07_FILE = BENCH_RESULTS / "gpu_07_triton_kernels.json"
+
+
+def gpu_triton(path: Path = GPU_07_FILE) -> dict:
+    """``about`` (a line on the run, or on how to make one) and ``table`` (Markdown: one row
+    per case, TFLOP/s of the kernel and of SDPA, their ratio, the share of the peak and the
+    block configuration), empty without a committed file."""
+    if not path.exists():
+        return {"about": ["No GPU results are committed: this book was built without a GPU, so there are no "
+                          "measured TFLOP/s in this section. On a machine with CUDA, run "
+                          "`.venv/bin/python benchmarks/gpu_07_triton_kernels.py`, which writes "
+                          f"benchmarks/results/{path.name}, and rebuild the book."], "table": ""}
+    res = json.loads(path.read_text())
+    peak = res.get("peak_bf16_tflops")  # None for a GPU whose dense BF16 peak the script does not know
+    lines = ["| causal | Triton TFLOP/s | SDPA TFLOP/s | ratio | of peak | BLOCK_M, BLOCK_N, warps, stages |",
+             "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for row in res["rows"]:
+        of_peak = f"{row['triton_tflops'] / peak:.0%}" if peak else "unknown"
+        lines.append(f"| {row['causal']} | {row['triton_tflops']:.1f} | {row['sdpa_tflops']:.1f} | "
+                     f"{row['ratio']:.2f} | {of_peak} | {row['config']} |")
+    return {"about": [f"measured {res['date']} on {res['gpu']} (torch {res['torch']}, triton {res['triton']}, "
+                      f"CUDA {res['cuda']})"], "table": "\n".join(lines)}
