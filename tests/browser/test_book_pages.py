@@ -4,8 +4,8 @@ Each page must load without console errors, typeset its math (MathJax, served fr
 book itself), show its figures, and link only to pages that exist. What a reader would
 see as broken fails too: a backslash drawn inside math (``\\text{num\\_layers}``), a
 stray ``$`` in the text, math or a figure wider than the content column, a code line
-in a chapter hidden behind a scrollbar, and a button that points at a placeholder
-repository. A screenshot of every page lands in ``_build/screenshots/``. Run after
+in a chapter hidden behind a scrollbar, a button that points at a placeholder
+repository, and, at a phone's 390-px viewport, a table wider than its container. A screenshot of every page lands in ``_build/screenshots/``. Run after
 ``make book``; ``make test`` does both. Without Chromium the tests are skipped with the
 reason, never passed.
 """
@@ -76,6 +76,27 @@ article.querySelectorAll('pre').forEach(pre => {
   if (pre.scrollWidth > pre.clientWidth + %(slack)d) {
     const longest = pre.textContent.split('\n').reduce((a, b) => (b.length > a.length ? b : a), '');
     out.clipped_code.push(longest.slice(0, 100));
+  }
+});
+return out;
+""" % {"slack": SLACK_PX}
+
+# A phone's viewport (an iPhone 12 to 15 is 390 CSS pixels wide): a table wider than the
+# column there loses its columns to a scrollbar or spills out of the page.
+PHONE_WIDTH_PX, PHONE_HEIGHT_PX = 390, 844
+PHONE_PAGES = ("chapters/", "book/", "intro.html", "index.html")
+TABLES_JS = r"""
+const article = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+const column = article.getBoundingClientRect();
+const out = [];
+article.querySelectorAll('table').forEach(table => {
+  const box = table.getBoundingClientRect();
+  const holder = table.parentElement;
+  const spills = box.right > column.right + %(slack)d || box.left < column.left - %(slack)d;
+  const scrolls = table.scrollWidth > holder.clientWidth + %(slack)d;
+  if (box.width > 0 && (spills || scrolls)) {
+    const head = (table.querySelector('tr') || table).textContent.trim().replace(/\s+/g, ' ').slice(0, 60);
+    out.push(`${Math.round(table.scrollWidth)} px in ${Math.round(holder.clientWidth)} px: ${head}`);
   }
 });
 return out;
@@ -192,6 +213,28 @@ def test_page(browser, server, page):
     assert not missing, f"{page}: internal links to missing files: {sorted(set(missing))}"
 
     browser.save_screenshot(str(SHOTS / (page.replace("/", "__").removesuffix(".html") + ".png")))
+
+
+@pytest.mark.parametrize("page", [p for p in pages() if p.startswith(PHONE_PAGES)])
+def test_tables_fit_a_phone(browser, server, page):
+    """At a 390-px viewport every table fits its container: no column lost to a scrollbar,
+    none spilling out of the page (issue 29: tables printed with print() fell apart)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        # mobile=False keeps the layout viewport at the phone's width (a mobile viewport
+        # would widen to fit whatever overflows, and measure that instead).
+        "width": PHONE_WIDTH_PX, "height": PHONE_HEIGHT_PX, "deviceScaleFactor": 2, "mobile": False})
+    try:
+        browser.get(f"{server}/{page}")
+        WebDriverWait(browser, MATH_TIMEOUT_S).until(
+            lambda d: d.execute_script("return document.readyState") == "complete")
+        width = browser.execute_script("return window.innerWidth")
+        assert width == PHONE_WIDTH_PX, f"{page}: the viewport is {width} px, not {PHONE_WIDTH_PX}"
+        wide = browser.execute_script(TABLES_JS)
+        assert not wide, f"{page}: tables wider than their container at {PHONE_WIDTH_PX} px: {wide}"
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 def repository_url() -> str:
