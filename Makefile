@@ -20,7 +20,7 @@ help:
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make solutions  re-execute solutions/ in place (refreshes their stored outputs)"
 	@echo "make grade SUBMISSIONS=dir  grade a folder of student submissions into _build/grades"
-	@echo "make gradescope [CHAPTERS=1,3] [EXTRA_TESTS=dir]  the Gradescope autograder: _build/gradescope/autograder.zip"
+	@echo "make gradescope [CHAPTERS=1,3] [EXTRA_TESTS=dir] [LATE_PENALTY=0.1:0.5]  the Gradescope autograder: _build/gradescope/autograder.zip"
 	@echo "make release    the student edition (book without solutions, exercises, graders): _build/release/ and .zip"
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
@@ -83,7 +83,7 @@ grade: $(STAMP)
 
 # The autograder zip for Gradescope (README, "Grading on Gradescope"): every chapter, or CHAPTERS=5.
 gradescope: $(STAMP)
-	$(BIN)/python -m grading.gradescope build $(if $(CHAPTERS),--chapters $(CHAPTERS)) $(if $(EXTRA_TESTS),--extra-tests $(EXTRA_TESTS))
+	$(BIN)/python -m grading.gradescope build $(if $(CHAPTERS),--chapters $(CHAPTERS)) $(if $(EXTRA_TESTS),--extra-tests $(EXTRA_TESTS)) $(if $(LATE_PENALTY),--late-penalty $(LATE_PENALTY))
 
 # The student edition (README, "Handing out the student edition"); tests/meta/test_release.py checks it.
 release: $(STAMP)

@@ -33,11 +33,14 @@ Batch grading of a class (``make grade``, ``python -m grading.batch``):
 
 - ``batch``:     the command: students in parallel, progress, resume, hidden tests.
 - ``matching``:  which notebook is which chapter, tolerating students' renames; links are refused.
+- ``lms``:       an LMS's bulk download (Canvas, Moodle, Blackboard) as one submission per student.
+- ``late``:      the due date and the late policy, applied in one place.
 - ``sandbox``:   the bubblewrap command line around the contestants (namespaces, read-only files, uid).
 - ``runner``:    start one judge per student and chapter (spec in on stdin, outcomes out on a pipe).
 - ``child``:     the judge's main: pytest on the graders, the notebook served by contestants.
 - ``tamper``:    what the notebook's namespace says about how it was written (for review).
-- ``gradebook``: rows, ``gradebook.csv``, the wide export, the roster, overrides, feedback, ``needs_review.md``.
+- ``gradebook``: rows, ``gradebook.csv``, the wide and Canvas exports, the roster, overrides, feedback,
+                 ``needs_review.md``.
 - ``gradescope``: the same grading behind Gradescope's front door (``make gradescope``, ``results.json``).
 - ``nbgrader``:  nbgrader's cell metadata and autograder cells (written by ``stubs``), and the
                  same grading behind nbgrader's door (``nbgrader autograde``).
@@ -46,6 +49,14 @@ The student edition (``make release``): ``release`` builds it and proves no solu
 """
 
 import importlib
+import sys
+
+# jsonschema checks the "iri" format with rfc3987_syntax when it is installed (jupyter's
+# format extras bring it), and that module compiles a Lark grammar at import: 1.2 s of
+# every process that imports nbformat, which every judge, contestant zygote and grading
+# child does. No notebook schema uses that format, so jsonschema is told it is absent
+# (an import of a module set to None raises ImportError, which jsonschema expects).
+sys.modules.setdefault("rfc3987_syntax", None)
 
 __all__ = ["LoadedNotebook", "assert_close", "assert_equal", "assert_raises", "load_notebook", "load_solutions"]
 # Imported when first used (PEP 562), not with the package: ``grading.compare`` imports

@@ -9,12 +9,16 @@ timeout and a memory limit. The results:
   DIR/gradebook.csv      student, chapter, exercise, points, max_points, status, message
                          (appended as each chapter finishes; sorted at the end)
   DIR/gradebook_wide.csv one row per student: id, name, email (--roster), total, one column per exercise
+  DIR/gradebook_canvas.csv  the same points in Canvas's gradebook import layout (ids from --roster)
   DIR/feedback/<student>.md   what each student reads
   DIR/needs_review.md    timeouts, crashes, memory limits, tampering, unreadable notebooks,
                          notebooks no chapter claimed, roster and overrides problems
 
 ``--overrides FILE`` (student, exercise, points, reason) corrects grades on every run;
-``--resume`` regrades a student whose files changed (content hashes).
+``--resume`` regrades a student whose files changed (content hashes); ``--due`` and
+``--late-penalty`` take points from late work (:mod:`grading.late`). SUBMISSIONS may be
+an LMS's bulk download as it comes (:mod:`grading.lms`). Without ``--chapters``, the
+chapters graded are those the submissions hold notebooks of.
 
 Statuses: passed, failed, not attempted, error, timed out, memory limit, crashed,
 tampered, needs review, missing, skipped (a GPU test without a GPU), note.

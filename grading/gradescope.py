@@ -144,10 +144,12 @@ def read_config(source: Path = ROOT) -> dict:
 
 
 def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
-          memory_mb: int = DEFAULT_MEMORY_MB, extra_tests: Path | None = None) -> dict:
+          memory_mb: int = DEFAULT_MEMORY_MB, extra_tests: Path | None = None, late_penalty: str = "") -> dict:
     """Grade ``root/submission`` into ``root/results/results.json`` through the batch
-    grader's path; returns the results. Never raises: a failure is a results.json too."""
-    from grading import batch, sandbox
+    grader's path; returns the results. Never raises: a failure is a results.json too.
+    ``late_penalty`` (``FRACTION[:CAP]``, :mod:`grading.late`) applies to a submission
+    whose ``root/submission_metadata.json`` says it came after its due date."""
+    from grading import batch, late, sandbox
 
     start = time.monotonic()
     path = root / "results" / "results.json"
@@ -178,13 +180,20 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
                 rows += grader.grade_safely(task) or []
         if grader.compromised:
             raise RuntimeError(f"the grader's files changed while grading ({grader.compromised})")
+        lateness = None
+        if late_penalty:
+            submitted, due = late.from_gradescope(root / "submission_metadata.json")
+            if submitted is not None and due is not None:
+                lateness = late.lateness(submitted, due, late.LatePolicy.parse(late_penalty))
+                rows = late.apply(rows, lateness)
         peak = {stem: round(mb, 1) for (_, stem), mb in grader.peak_rss.items()}
         import resource
 
         front = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this process, beside each child
         results = results_from_rows(rows, time.monotonic() - start,
                                     {"sandbox": box.line, "peak_rss_mb": peak, "front_door_rss_mb": round(front, 1),
-                                     "grader_root": str(ROOT)})
+                                     "grader_root": str(ROOT),
+                                     **({"late": lateness.to_json()} if lateness else {})})
         for r in rows:
             print(f"{r.chapter or '-':<28} {r.exercise or '-':<12} {gb._num(r.points):>6} / "
                   f"{gb._num(r.max_points):<6} {r.status}  {r.message[:100]}")
@@ -209,9 +218,14 @@ def _entry(submission: Path) -> Path:
 
 # -- building the zip ---------------------------------------------------------------------------
 def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None = None,
-          timeout: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB) -> Path:
+          timeout: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB, late_penalty: str = "") -> Path:
     """Write ``out/autograder/`` (the tree) and ``out/autograder.zip`` (the same, zipped
-    with ``setup.sh`` and ``run_autograder`` at its root). Returns the zip's path."""
+    with ``setup.sh`` and ``run_autograder`` at its root). Returns the zip's path.
+    Raises ValueError for chapters that name none, or a malformed ``late_penalty``."""
+    if late_penalty:
+        from grading.late import LatePolicy
+
+        LatePolicy.parse(late_penalty)
     found = discover_chapters(only=chapters.split(",") if chapters else None)
     if not found:
         raise ValueError(f"chapters={chapters!r} names no chapter of the book")
@@ -245,7 +259,7 @@ def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None =
     for script in ("setup.sh", "run_autograder"):
         (tree / script).chmod(0o755)
     config = {"chapters": ",".join(c.stem for c in found), "timeout": timeout, "memory_mb": memory_mb,
-              "packages": packages}
+              "packages": packages, "late_penalty": late_penalty}
     (tree / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     zip_path = out / "autograder.zip"
     tmp = zip_path.with_name(zip_path.name + ".tmp")
@@ -270,11 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--extra-tests", type=Path, default=None, help="hidden tests test_NN_*.py to ship in the zip")
     b.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per chapter")
     b.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="memory (RLIMIT_DATA) per grading process, in MB")
+    b.add_argument("--late-penalty", default="",
+                   help="FRACTION[:CAP] per started day after the due date Gradescope gives (submission_metadata.json)")
     r = sub.add_parser("run", help="grade ROOT/submission into ROOT/results/results.json")
     r.add_argument("--root", type=Path, default=Path(os.environ.get("AUTOGRADER_ROOT", "/autograder")))
     options = p.parse_args(sys.argv[1:] if argv is None else argv)
     if options.command == "build":
-        zip_path = build(options.out, options.chapters, options.extra_tests, options.timeout, options.memory_mb)
+        zip_path = build(options.out, options.chapters, options.extra_tests, options.timeout, options.memory_mb,
+                         options.late_penalty)
         print(f"wrote {zip_path} ({zip_path.stat().st_size / 2**10:.0f} KiB)")
         return 0
     config = read_config()
@@ -282,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     grade(options.root.resolve(), chapters=config.get("chapters", ""),
           timeout=float(config.get("timeout", DEFAULT_TIMEOUT_S)),
           memory_mb=int(config.get("memory_mb", DEFAULT_MEMORY_MB)),
-          extra_tests=hidden if hidden.is_dir() else None)
+          extra_tests=hidden if hidden.is_dir() else None, late_penalty=config.get("late_penalty", ""))
     return 0  # the score is in results.json; a non-zero exit would only hide it
 
 

@@ -333,3 +333,23 @@ def test_setup_stops_at_once_when_the_torch_index_is_unreachable(tmp_path):
     assert done.returncode != 0
     assert "unreachable" in done.stderr and "CUDA build" in done.stderr, done.stderr
     assert not (tmp_path / "ran").exists() and not (tmp_path / ".venv").exists()
+
+
+def test_a_late_submission_loses_the_zips_late_penalty(tmp_path, isolated):
+    """submission_metadata.json says the submission came 30 hours after the student's due
+    date; the zip was built with LATE_PENALTY=0.25: two started days, half the points."""
+    zip_path = gradescope.build(tmp_path / "build", chapters="1", late_penalty="0.25")
+    assert json.loads(zipfile.ZipFile(zip_path).read("gradescope.json"))["late_penalty"] == "0.25"
+    root = autograder_root(zip_path, tmp_path / "root")
+    nbformat.write(_solution(STEM), root / "submission" / f"{STEM}.ipynb")
+    (root / "submission_metadata.json").write_text(json.dumps({
+        "created_at": "2026-12-03T05:59:00.000000+00:00",
+        "assignment": {"due_date": "2026-11-30T23:59:00.000000+00:00", "title": "Chapter 1"},
+        "users": [{"name": "Alice", "assignment": {"due_date": "2026-12-01T23:59:00.000000+00:00"}}]}))
+    done = run_autograder(root, isolated)
+    results = json.loads((root / "results" / "results.json").read_text())
+    jsonschema.validate(results, SCHEMA)
+    possible = sum(t["max_score"] for t in results["tests"])
+    assert possible > 0 and results["score"] == pytest.approx(possible / 2, abs=1e-3), done.stdout[-2000:]
+    assert results["extra_data"]["late"]["days"] == 2
+    assert "late: submitted 2026-12-03T05:59+00:00" in results["output"] and "50% of the points taken" in results["output"]
