@@ -49,6 +49,14 @@ The student edition (``make release``): ``release`` builds it and proves no solu
 """
 
 import importlib
+import sys
+
+# jsonschema checks the "iri" format with rfc3987_syntax when it is installed (jupyter's
+# format extras bring it), and that module compiles a Lark grammar at import: 1.2 s of
+# every process that imports nbformat, which every judge, contestant zygote and grading
+# child does. No notebook schema uses that format, so jsonschema is told it is absent
+# (an import of a module set to None raises ImportError, which jsonschema expects).
+sys.modules.setdefault("rfc3987_syntax", None)
 
 __all__ = ["LoadedNotebook", "assert_close", "assert_equal", "assert_raises", "load_notebook", "load_solutions"]
 # Imported when first used (PEP 562), not with the package: ``grading.compare`` imports
