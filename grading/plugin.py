@@ -27,6 +27,11 @@ from pathlib import Path
 
 import pytest
 
+from grading import launcher  # first, and light: the zygote's imports overlap the heavy ones below
+from grading.launcher import IN_PROCESS
+
+launcher.head_start()
+
 from grading.layout import EXERCISE_ID, ROOT, all_markers, chapter_of_test_file, exercise_of_marker
 from grading import diagnosis
 from grading.catalogue import Bug, load_catalogue
@@ -37,7 +42,6 @@ from grading import substitute  # issue 16: each exercise graded alone (fixture 
 
 
 
-IN_PROCESS = "GRADING_IN_PROCESS"  # "1": make bench's in-process baseline (see GradingState._load_in_process)
 
 
 @dataclass(frozen=True)
@@ -86,9 +90,9 @@ def pytest_configure(config):
     # its contestants' zygote now: its `import torch` overlaps the collection.
     runs_tests = hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
     if runs_tests and not config.getoption("collectonly") and os.environ.get(IN_PROCESS) != "1":
-        from grading import judge
-
-        judge.launcher().prestart()
+        launcher.launcher().prestart()  # started already by head_start, unless it guessed wrong
+    else:
+        launcher.configure(launcher.current_limits())  # a zygote head_start guessed wrong: closed
     config.pluginmanager.register(substitute, "grading-substitute")
     config.pluginmanager.register(config._grading, "grading-state")
 
@@ -366,6 +370,22 @@ def nb(request, tmp_path_factory):
     return request.config._grading.load(variant, stem, tmp_path_factory)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if isinstance(item, pytest.Function) and _variant(item) is not None:
+            item.repr_failure = _brief_failure
+
+
+def _brief_failure(excinfo, style=None) -> str:
+    """A grader's failure as pytest records it before :func:`pytest_runtest_makereport`
+    puts the student's message in its place (or drops it: a catalogue bug's failure is
+    its rejection). pytest's own report parses the source of every frame of the
+    traceback, 30-100 ms a failure through the judge's proxies; the proof of the
+    catalogue fails thousands of times. Where the full traceback is shown, it is made there."""
+    return f"{type(excinfo.value).__name__}: {str(excinfo.value)[:2000]}"
+
+
 def _variant(item) -> Variant | None:
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "nb" in callspec.params:
@@ -502,8 +522,9 @@ def pytest_runtest_makereport(item, call):
         exercise = _exercise(item)
         if report.failed and substitute.chapter_table(stem) is not None and exercise != variant.bug.exercise:
             # Issue 16: a mistake in one exercise must cost no points in another.
+            shown = pytest.Function.repr_failure(item, call.excinfo) if call.excinfo else report.longrepr
             report.longrepr = (f"{item.nodeid}: the catalogue bug {variant.bug.name} of Exercise {variant.bug.exercise} "
-                               f"fails this test of Exercise {exercise}:\n{report.longrepr}")
+                               f"fails this test of Exercise {exercise}:\n{shown}")
             return report
         if report.failed:
             report.user_properties.append(("bug_rejected", True))
