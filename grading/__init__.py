@@ -21,8 +21,10 @@ its code, and answered by a *contestant*, the one process that does:
 
 The judge and the contestant:
 
-- ``judge``:      the ``nb`` fixture as a proxy (``RemoteNotebook``), the zygote that forks contestants,
-                  crashes and timeouts as statuses; Chapter 10's ranks (``run_ranks``).
+- ``judge``:      the ``nb`` fixture as a proxy (``RemoteNotebook``), crashes and timeouts as statuses;
+                  Chapter 10's ranks (``run_ranks``).
+- ``launcher``:   the one launcher of processes that run a submission's code: the zygote that forks
+                  contestants, their limits (``Limits``); started before the judge imports torch.
 - ``contestant``: what runs in the sandbox: load the notebook, answer calls, keep its objects as handles.
 - ``wire``:       the framed messages between them and the one schema of the values that cross.
 - ``watch``, ``services``, ``ranks``: what only the contestant can do for a grader: watch how the

@@ -15,7 +15,7 @@ and the references of the *other* exercises only. A crash or a timeout costs the
 that was running (:class:`ContestantCrashed`, :class:`ContestantTimedOut`); the next call
 starts a new contestant.
 
-Contestants are forks of one *zygote* per judge process (:class:`Launcher`), started in
+Contestants are forks of one *zygote* per judge process (:mod:`grading.launcher`), started in
 the sandbox where this machine has one: ``import torch`` is paid once, a contestant
 costs a fork and the notebook's cells.
 """
