@@ -1,7 +1,8 @@
 """Library code the judge asks a contestant to run on the notebook it loaded.
 
 Some checks need the notebook's own objects and the machinery that runs them in one
-process: compiling a Triton kernel as its wrapper launches it (Chapter 7). They run in
+process: compiling a Triton kernel as its wrapper launches it (Chapter 7), SmolLM2 decoding
+through the notebook's cache (Chapter 8). They run in
 the contestant, by name from :data:`SERVICES`, with the loaded notebook as their first
 argument, and send back plain values. Like a watch (:mod:`grading.watch`), they run in
 the process the submission owns; the judge still checks every value they return.
@@ -14,6 +15,7 @@ import importlib
 SERVICES = {
     "chapter07.check_compile": "gpucompile.chapter07:check_compile",
     "chapter07.real_reports": "gpucompile.chapter07:real_reports",
+    "chapter08.generate": "modellab.chapter08:generate",
 }
 
 

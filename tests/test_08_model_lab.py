@@ -5,8 +5,6 @@ greedy tokens must equal those of transformers' own generate(), an implementatio
 shares no code with ours. Perplexity is compared with an fp64 loop."""
 
 import math
-import os
-import traceback
 
 import pytest
 import torch
@@ -74,73 +72,47 @@ def test_growing_cache_rejects_bad_input(nb):
     assert_raises(nb.GrowingKVCache, 0, exc=ValueError, names="initial_capacity", call="GrowingKVCache(0)")
 
 
-@needs_model
-class WatchedCache:
-    """The student's layer cache as the model uses it, with what it was given and what it
-    gave back, so that an error the model raises can be told in terms of the cache."""
-
-    def __init__(self, cache, layer):
-        self.cache, self.layer = cache, layer
-        self.appended = 0
-        self.returned = None  # the shapes keys_values() returned last
-
-    def append(self, k, v):
-        self.cache.append(k, v)
-        self.appended += k.shape[2]
-
-    def keys_values(self):
-        out = self.cache.keys_values()
-        self.returned = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in out] \
-            if isinstance(out, tuple) else type(out).__name__
-        return out
-
-    def nbytes(self):
-        return self.cache.nbytes()
-
-
-def raised_in_modellab(exc):
-    frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames) and f"{os.sep}modellab{os.sep}" in frames[-1].filename
-
-
-def translate(exc, layers, name):
-    """An error raised inside modellab, told as what the student's cache did."""
-    layer = next((c for c in reversed(layers) if c.returned is not None), None)
-    said = f"(the model said: {type(exc).__name__}: {exc})"
-    if layer is None:
+def translate(failed: dict, name: str) -> str:
+    """What the model said when it failed on a student's cache (modellab.chapter08's
+    ``failed``), told as what the cache did."""
+    said = f"(the model said: {failed.get('type')}: {failed.get('message')})"
+    shapes = failed.get("returned")
+    if failed.get("layer") is None:
         return f"SmolLM2 could not use {name}: it failed before any keys_values() returned {said}"
-    shapes = layer.returned
-    if isinstance(shapes, list) and len(shapes) == 2 and all(isinstance(x, tuple) for x in shapes):
-        return (f"SmolLM2 could not use {name}: in layer {layer.layer}, after {layer.appended} token(s) were appended, "
-                f"keys_values() returned keys {shapes[0]} and values {shapes[1]}; the model needs (B, H_kv, "
-                f"{layer.appended}, d) each, every token appended so far {said}")
-    return f"SmolLM2 could not use {name}: in layer {layer.layer}, keys_values() returned {shapes}; expected (k, v) {said}"
+    where = f"in layer {failed['layer']}"
+    if isinstance(shapes, list) and len(shapes) == 2 and all(isinstance(x, list) for x in shapes):
+        return (f"SmolLM2 could not use {name}: {where}, after {failed['appended']} token(s) were appended, "
+                f"keys_values() returned keys {tuple(shapes[0])} and values {tuple(shapes[1])}; the model needs "
+                f"(B, H_kv, {failed['appended']}, d) each, every token appended so far {said}")
+    return f"SmolLM2 could not use {name}: {where}, keys_values() returned {shapes}; expected (k, v) {said}"
 
 
 @pytest.mark.ex8_1
 @pytest.mark.points(3)
 @pytest.mark.parametrize("initial", [1, 16], ids=["capacity1-grows-every-token", "capacity16"])
 def test_model_generates_with_your_cache(nb, model, initial):
-    hf_model, tokenizer, ours = model
+    """The model runs in the notebook's process, with the notebook's cache in every layer
+    (modellab.chapter08); the judge compares its greedy tokens with transformers'."""
+    hf_model, tokenizer, _ = model
     prompt = tokenizer("The key-value cache of a transformer grows with", return_tensors="pt").input_ids  # (1, T)
     with torch.no_grad():
         expected = hf_model.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False)[0, prompt.shape[1]:].tolist()
-    layers = []
-
-    def make_layer():
-        layers.append(WatchedCache(nb.GrowingKVCache(initial), len(layers)))
-        return layers[-1]
-
-    try:
-        got = ours.generate(prompt, ours.new_cache(make_layer), max_new_tokens=NEW_TOKENS)
-    except Exception as exc:
-        if not raised_in_modellab(exc):
-            raise  # the student's own code raised: the plugin shows the notebook line
-        raise GradingFailure(translate(exc, layers, f"GrowingKVCache({initial})")) from None
+    name = f"GrowingKVCache({initial})"
+    answer = nb.service("chapter08.generate", initial, prompt, NEW_TOKENS, str(modellab.load.cache_dir()),
+                        timeout=600)
+    if not isinstance(answer, dict) or not (isinstance(answer.get("tokens"), list)
+                                            or isinstance(answer.get("failed"), dict)):
+        raise GradingFailure(f"SmolLM2 through {name}: the notebook's process answered {type(answer).__name__}, "
+                             "not the tokens")
+    if "failed" in answer:
+        raise GradingFailure(translate(answer["failed"], name))
+    got = answer["tokens"]
     if got != expected:
+        readable = all(type(t) is int and 0 <= t < len(tokenizer) for t in got)
         raise GradingFailure(
-            f"SmolLM2 generating through GrowingKVCache({initial}) gave different greedy tokens than transformers\n"
-            f"  expected: {expected} {tokenizer.decode(expected)!r}\n  got:      {got} {tokenizer.decode(got)!r}")
+            f"SmolLM2 generating through {name} gave different greedy tokens than transformers\n"
+            f"  expected: {expected} {tokenizer.decode(expected)!r}\n"
+            f"  got:      {got} {tokenizer.decode(got) if readable else ''!r}")
 
 
 NLL_CASES = [
