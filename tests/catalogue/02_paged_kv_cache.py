@@ -50,6 +50,9 @@ BUGS = [
             "        self.allocator.refcount[page] = 0\n"
             "        if page not in self.allocator.free_pages:\n"
             "            self.allocator.free_pages.append(page)\n", tests="fork"),
+    Bug("fork_shares_the_list", "2.5", "hands the fork the parent's own block-table list, so a page appended to "
+        "one sequence appears in the other's table", old="    self.block_tables[dst] = list(table)\n",
+        new="    self.block_tables[dst] = table\n", tests="fork"),
     Bug("fork_forgets_length", "2.5", "forks without copying the length, so the fork looks empty",
         old="    self.seq_lens[dst] = self.seq_lens[src]\n", new="    self.seq_lens[dst] = 0\n", tests="fork"),
     Bug("attention_padding_unmasked", "2.6", "lets the query attend to the unused slots of the last page and the padding",

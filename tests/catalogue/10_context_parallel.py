@@ -29,6 +29,10 @@ BUGS = [
     # -- the list
     Bug("merge_without_lse", "10.1", "averages the two partial outputs instead of weighting them by their softmax mass",
         old="return w_a * out_a + w_b * out_b, lse", new="return (out_a + out_b) / 2, lse", tests="merge"),
+    Bug("merge_lse_overflows", "10.1", "computes log(exp(L_A) + exp(L_B)) as written, which overflows to inf for "
+        "large log-sum-exps (and gives -inf for very negative ones): torch.logaddexp subtracts the larger first",
+        old="    lse = torch.logaddexp(lse_a, lse_b)  # (..., N); -inf only where both are -inf\n",
+        new="    lse = torch.log(torch.exp(lse_a) + torch.exp(lse_b))\n", tests="merge"),
     Bug("causal_mask_local_indices", "10.2", "masks with the rank's local indices (j > i) instead of the global positions",
         old="hidden = k_pos[None, :] > q_pos[:, None]",
         new="hidden = torch.arange(N_k)[None, :] > torch.arange(N_q)[:, None]", tests="ring_step"),

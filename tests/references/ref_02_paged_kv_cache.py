@@ -204,7 +204,9 @@ def cache_append(self, seq_id, k, v):
     for i, t in enumerate(range(old, new)):
         self.pool[table[t // ps], 0, t % ps] = k[i]
         self.pool[table[t // ps], 1, t % ps] = v[i]
-    self.block_tables[seq_id] = table
+    # The table is changed in place, as an engine's append changes the list it holds:
+    # a fork that handed its child the parent's own list is then seen, both tables growing.
+    self.block_tables.setdefault(seq_id, [])[:] = table
     self.seq_lens[seq_id] = new
 
 
