@@ -163,6 +163,7 @@ class Collector:
         state = getattr(config, "_grading", None)
         problems, borrowed, output_chars = [], [], 0
         if state is not None:
+            from grading import tamper
             from grading.judge import RemoteNotebook
             from grading.plugin import _Unloadable
 
@@ -173,7 +174,7 @@ class Collector:
                     for p in loaded.problems:
                         problems.append({"cell": p.cell, "kind": p.kind, "message": str(p.message)[:1000],
                                          "memory": p.memory})
-                    borrowed += loaded.report.borrowed
+                    borrowed += loaded.report.borrowed + tamper.library_answers(loaded.text)
                     output_chars = max(output_chars, loaded.report.output_chars)
                 elif isinstance(loaded, _Unloadable):
                     problems.append({"cell": -1, "kind": "unreadable", "message": loaded.__dict__["_message"]})
@@ -183,7 +184,7 @@ class Collector:
             self.emit({"kind": "diagnosis", "diagnoses": [d.as_dict() for d in state.diagnoses()]})
         # The judge runs no submission code, so nothing in this process can be tampered with;
         # what is left to report is what the load saw (a graded function that calls a
-        # library's implementation of itself, grading.tamper.borrowed_names).
+        # library's implementation of itself, grading.tamper.borrowed_names and library_answers).
         self.emit({"kind": "tamper", "violations": borrowed})
 
 

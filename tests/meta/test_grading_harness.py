@@ -161,3 +161,21 @@ def test_bug_code_replaces_the_region(tmp_path):
 def test_bug_substitution_must_match_once():
     with pytest.raises(ValueError, match="changed it 0 times"):
         Bug("typo", "9.1", "no match", old="a * b", new="a").apply(notebook(SOLVED))
+
+
+def test_a_library_implementation_of_an_exercise_is_listed_for_review():
+    """Issue 26: 9.6 earned full marks through transformers' ROPE_INIT_FUNCTIONS. The
+    values are right, so no grader fails; the judge lists the name from the notebook's
+    code cells (its text: no notebook code runs) for the instructor instead."""
+    import nbformat
+
+    from grading import tamper
+
+    solution = (ROOT / "solutions" / "09_rope_scaling.ipynb").read_text()
+    assert tamper.library_answers(solution) == []
+    nb = nbformat.reads(solution, as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("ROPE_INIT_FUNCTIONS in prose is not code"))
+    assert tamper.library_answers(nbformat.writes(nb)) == []
+    nb.cells.append(nbformat.v4.new_code_cell("from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS as R"))
+    found = tamper.library_answers(nbformat.writes(nb))
+    assert [f.split("`")[1] for f in found] == ["modeling_rope_utils", "ROPE_INIT_FUNCTIONS"]
