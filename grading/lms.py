@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from grading.matching import not_a_regular_file
+
 CANVAS = re.compile(r"^(?P<student>[a-z]+)_(?P<late>LATE_)?(?P<user_id>\d+)_(?P<submission_id>\d+)_(?P<file>.+)$")
 MOODLE = re.compile(r"^(?P<student>.+?)_(?P<user_id>\d+)_assignsubmission_(?P<plugin>[a-z]+)_(?P<file>.*)$")
 BLACKBOARD = re.compile(r"^(?P<assignment>.+)_(?P<student>[^_]+)_attempt_"
@@ -95,6 +97,8 @@ def gather(submissions: Path, scratch: Path) -> tuple[list[LmsStudent], set[str]
         info = parse_name(entry.name)
         if info is None or entry.name.startswith("."):
             continue
+        if entry.is_symlink() or (entry.is_file() and not_a_regular_file(entry)):
+            continue  # a link is never read as the file it names (list_students ignores it, saying so)
         if entry.is_dir() and not (info.lms == "moodle" and info.file_name == ""):
             continue  # a folder that only looks like a file name: an ordinary student folder
         if entry.is_file() and not entry.name.lower().endswith((".ipynb", ".zip")):

@@ -114,6 +114,14 @@ def test_each_layouts_student_part_is_matched_to_the_roster(tmp_path):
     assert by_login["asmith"].id == "12345"
 
 
+def test_a_link_named_as_canvas_names_files_is_not_read(tmp_path):
+    folder = _download(tmp_path / "canvas", {"smithalice_12345_678901_01_kv_memory.ipynb": SOLVED})
+    (folder / "jonesbob_23456_678902_01_kv_memory.ipynb").symlink_to(SOLVED)
+    found, taken = lms.gather(folder, tmp_path / "scratch")
+    assert [s.name for s in found] == ["smithalice"]
+    assert list_students(folder, skip=taken) == ([], ["jonesbob_23456_678902_01_kv_memory.ipynb"])
+
+
 def test_entries_that_are_no_lms_s_stay_ordinary_submissions(tmp_path):
     folder = _download(tmp_path / "mixed", {"carol/01_kv_memory.ipynb": SOLVED, "dave.zip": SOLVED,
                                             "notes.txt": SOLVED})
