@@ -9,6 +9,9 @@ a book whose appendix prints them. ``_build/release/`` (and ``_build/release.zip
 - ``exercises/``: the exercise notebooks;
 - ``tests/test_NN_topic.py`` and ``tests/references/``: the public graders and the
   references they compare with; ``grading/`` and ``modellab/``, which they import;
+- ``tests/diagnosis/``: the tables that name a known mistake (its hint, its section and
+  what it outputs where it fails), so a student of the release is told what the
+  repository's graders tell; no bug code;
 - ``README.md`` (the student instructions), ``pytest.ini``, the pinned requirements.
 
 It has no ``solutions/``, no hidden tests and no catalogue of wrong implementations,
@@ -30,7 +33,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from grading.layout import BUILD, EXERCISES, REFERENCES, RELEASE, ROOT, SOLUTIONS, TESTS, cell_source, discover_chapters
+from grading.layout import BUILD, DIAGNOSIS, EXERCISES, REFERENCES, RELEASE, ROOT, SOLUTIONS, TESTS, cell_source, discover_chapters
 from grading.regions import find_regions
 
 BOOK_OUT = BUILD / "release-book"  # jupyter-book --path-output: the HTML lands in BOOK_OUT/_build/html
@@ -147,6 +150,10 @@ def assemble(html_dir: Path, out: Path = RELEASE) -> Path:
             files[str(path.relative_to(ROOT))] = path
     files["tests/__init__.py"] = TESTS / "__init__.py"
     for path in sorted(REFERENCES.glob("*.py")):
+        files[str(path.relative_to(ROOT))] = path
+    # What diagnosis needs (issue 26): each bug's name, hint, section and the outputs it
+    # produces at the checks it fails. Data, with no bug code: tests/catalogue stays out.
+    for path in sorted(DIAGNOSIS.glob("*.json")):
         files[str(path.relative_to(ROOT))] = path
     for c in discover_chapters():
         files[f"tests/{c.test_file.name}"] = c.test_file

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 
+import nbformat
 import pytest
 
 from grading import release
@@ -83,3 +84,23 @@ def test_graders_run_from_inside_the_release(tmp_path):
     shutil.copyfile(SOLUTIONS / f"{STEM}.ipynb", solved / f"{STEM}.ipynb")
     ok = subprocess.run([*args, "--notebooks", str(solved)], cwd=RELEASE, env=env, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
+
+
+@needs_release
+def test_a_catalogue_bug_graded_from_the_release_is_diagnosed(tmp_path):
+    """Issue 26, item 2: the release ships the diagnosis tables (names, hints, sections,
+    outputs; no bug code), so a known mistake graded there is named as in the repository."""
+    from grading.catalogue import load_catalogue
+
+    stem = "10_context_parallel"
+    bug = next(b for b in load_catalogue(stem) if b.name == "merge_lse_overflows")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    nb = bug.apply(nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4))
+    nbformat.write(nb, mine / f"{stem}.ipynb")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(RELEASE)}
+    done = subprocess.run([sys.executable, "-m", "pytest", f"tests/test_{stem}.py", "-p", "no:cacheprovider", "-q",
+                           "-n", "0", "-m", "ex10_1", "--notebooks", str(mine)], cwd=RELEASE, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "This looks like a known mistake" in done.stdout and "overflows" in done.stdout, done.stdout[-3000:]
