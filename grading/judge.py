@@ -32,6 +32,7 @@ from pathlib import Path
 
 from grading import wire
 # Launcher, Limits and configure are the launcher's; judge re-exports them for its callers.
+from grading.matching import read_submission  # noqa: F401  (graders and runners import it from here too)
 from grading.launcher import Launcher, Limits, ZygoteUnavailable, configure, current_limits, default_uid, launcher  # noqa: F401
 from grading.compare import GradingFailure
 from grading.contestant import LoadReport, Spawn
@@ -484,35 +485,6 @@ class RemoteNotebook:
                        {"__module__": "notebook"})(error.message)
         exc.grading_where = error.where
         return exc
-
-
-def read_submission(path: Path) -> str:
-    """The text of a notebook handed in, read as a regular file only: a symbolic link, a
-    hard link (a file with other names), a FIFO or a device is refused (NotebookLoadError)."""
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise NotebookLoadError(f"{path} does not exist") from None
-    except OSError as exc:
-        if Path(path).is_symlink():
-            raise NotebookLoadError(f"{Path(path).name} is a link, not a notebook") from None
-        raise NotebookLoadError(f"{path} cannot be read: {exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NotebookLoadError(f"{Path(path).name} is not a regular file, not a notebook")
-        if info.st_nlink > 1:
-            raise NotebookLoadError(f"{Path(path).name} is a link (a file with {info.st_nlink} names), not a notebook")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read()
-    finally:
-        os.close(fd)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise NotebookLoadError(f"{Path(path).name} is not UTF-8 text, not a notebook") from None
 
 
 def open_notebook(path: Path, stem: str, *, name: str | None = None, trusted: bool = False, extra=None) -> RemoteNotebook:

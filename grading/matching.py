@@ -13,6 +13,7 @@ fits several, is reported as unmatched, never guessed.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import stat
@@ -203,3 +204,34 @@ def list_students(submissions: Path, skip: set[str] = frozenset()) -> tuple[list
     # "alice/" and "alice.zip" side by side: keep both, visibly.
     students = [(f"{s}.zip" if s in dupes and p.suffix == ".zip" else s, p) for s, p in students]
     return students, ignored
+
+
+def read_submission(path: Path) -> str:
+    """The text of a notebook handed in, read as a regular file only: a symbolic link, a
+    hard link (a file with other names), a FIFO or a device is refused (NotebookLoadError).
+    Here, not in the judge, so that the processes that only copy submissions for their
+    judges (grading.runner, the Gradescope front door) need not import torch."""
+    from grading.loader import NotebookLoadError
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise NotebookLoadError(f"{path} does not exist") from None
+    except OSError as exc:
+        if Path(path).is_symlink():
+            raise NotebookLoadError(f"{Path(path).name} is a link, not a notebook") from None
+        raise NotebookLoadError(f"{path} cannot be read: {exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotebookLoadError(f"{Path(path).name} is not a regular file, not a notebook")
+        if info.st_nlink > 1:
+            raise NotebookLoadError(f"{Path(path).name} is a link (a file with {info.st_nlink} names), not a notebook")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read()
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NotebookLoadError(f"{Path(path).name} is not UTF-8 text, not a notebook") from None

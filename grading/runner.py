@@ -147,7 +147,7 @@ def run_child(spec: dict, *, timeout: float, memory_mb: int, threads: int = 1, c
     notebooks, hidden = work / "notebooks", work / "hidden"
     notebooks.mkdir(parents=True)
     try:
-        from grading.judge import read_submission
+        from grading.matching import read_submission
         from grading.loader import NotebookLoadError
 
         for name, source in spec.get("notebook_files", {}).items():
