@@ -1,0 +1,83 @@
+"""``make bench`` records of the student edition (issue 26, ``make release``).
+
+- ``release.reference_source_lines``: lines of reference implementation in the release,
+  the non-blank lines of every ``tests/references/*.py`` it ships. Goal ``== 0``: a
+  grader that students run at home must hold expected values, not reference code.
+- ``release.zip_mib``: the size of ``_build/release.zip``. Goal ``<= 50``.
+- ``release.diagnose_recall``: of every catalogue bug, injected alone into its chapter's
+  solution and graded from inside ``_build/release`` (its own graders, ``grading/`` and
+  diagnosis tables; only the bug's exercise, ``-m exN_M``), the fraction whose output names
+  the bug's own hint as the known mistake. Goal ``>= 0.9``.
+- ``release.false_diagnoses``: of those, the ones that name another bug's hint. Goal ``== 0``.
+
+They read the release that ``make release`` wrote last (``make test`` writes one); a
+missing release records NaN with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+from benchmarks.records import Record
+from grading.catalogue import load_catalogue
+from grading.diagnosis import load_table
+from grading.layout import RELEASE, SOLUTIONS, discover_chapters
+
+KNOWN = "This looks like a known mistake: "
+
+
+def reference_source_lines(folder: Path = RELEASE) -> int:
+    return sum(1 for path in sorted((folder / "tests" / "references").glob("*.py"))
+               for line in path.read_text().splitlines() if line.strip())
+
+
+def _graded_from_release(stem: str, bug, folder: Path) -> str:
+    """The release's pytest output for the chapter's solution with ``bug`` in it."""
+    notebook = bug.apply(nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4))
+    nbformat.write(notebook, folder / f"{stem}.ipynb")
+    marker = "ex" + bug.exercise.replace(".", "_")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(RELEASE)}
+    done = subprocess.run([sys.executable, "-m", "pytest", f"tests/test_{stem}.py", "-p", "no:cacheprovider", "-q",
+                           "-n", "0", "-m", marker, "--notebooks", str(folder)], cwd=RELEASE, env=env,
+                          capture_output=True, text=True)
+    return done.stdout
+
+
+def recall(stems: list[str] | None = None) -> tuple[int, int, int]:
+    """(bugs, diagnosed as themselves, diagnosed as another) over the chapters ``stems``."""
+    bugs = diagnosed = false = 0
+    for chapter in discover_chapters():
+        if stems is not None and chapter.stem not in stems:
+            continue
+        table = load_table(chapter.stem)
+        for bug in load_catalogue(chapter.stem):
+            bugs += 1
+            with tempfile.TemporaryDirectory(prefix="release-bug-") as tmp:
+                out = _graded_from_release(chapter.stem, bug, Path(tmp))
+            named = {name for name, row in table.items() if f"{KNOWN}{row['hint'].rstrip('.')}" in out}
+            diagnosed += bug.name in named
+            false += bool(named - {bug.name})
+    return bugs, diagnosed, false
+
+
+def run() -> list[Record]:
+    if not (RELEASE / "README.md").is_file():
+        why = "no _build/release: run make release first"
+        return [Record(n, float("nan"), u, g, note=why) for n, u, g in (
+            ("release.reference_source_lines", "lines", "== 0"), ("release.zip_mib", "MiB", "<= 50"),
+            ("release.diagnose_recall", "fraction", ">= 0.9"), ("release.false_diagnoses", "count", "== 0"))]
+    bugs, diagnosed, false = recall()
+    return [
+        Record("release.reference_source_lines", reference_source_lines(), "lines", "== 0",
+               note="non-blank lines of tests/references/*.py in _build/release"),
+        Record("release.zip_mib", RELEASE.with_suffix(".zip").stat().st_size / 2**20, "MiB", "<= 50"),
+        Record("release.diagnose_recall", diagnosed / bugs if bugs else float("nan"), "fraction", ">= 0.9",
+               note=f"{diagnosed} of {bugs} catalogue bugs, each graded from inside _build/release"),
+        Record("release.false_diagnoses", false, "count", "== 0", note=f"of {bugs} catalogue bugs"),
+    ]
