@@ -1,0 +1,113 @@
+"""Wrong implementations of Chapter 11 that the graders must reject: the mistakes people
+make when they first write top-k masses, eviction scores, page bounds and block gates."""
+
+from grading.catalogue import Bug
+
+# Where a diagnosis sends the student: the title of the section that teaches each exercise.
+SECTIONS = {
+    '11.1': 'Attention is sparse: measure it',
+    '11.2': 'Eviction at prompt time: H2O',
+    '11.3': 'Eviction at prompt time: SnapKV',
+    '11.4': 'Selection at decode time: Quest',
+    '11.5': 'Selection at decode time: Quest',
+    '11.6': 'Reading the selected pages',
+    '11.7': 'Trained selection: MoBA, NSA and DSA',
+    '11.8': 'Trained selection: MoBA, NSA and DSA',
+}
+
+BUGS = [
+    # 11.1: top-k mass
+    Bug("mass_softmax_before_mask", "11.1", "takes the softmax over every key and masks afterwards, so hidden keys still take their share of the mass",
+        old="""    if mask is not None:
+        s = s.masked_fill(~mask, -math.inf)
+    p = torch.softmax(s, dim=-1)  # (..., N_q, N_k); masked keys get exactly 0""",
+        new="""    p = torch.softmax(s, dim=-1)  # (..., N_q, N_k)
+    if mask is not None:
+        p = p.masked_fill(~mask, 0.0)"""),
+    Bug("mass_topk_of_scores_not_probabilities", "11.1", "adds up the k largest raw scores instead of their softmax probabilities",
+        old="top = p.topk(min(k, N_k), dim=-1).values  # (..., N_q, k)",
+        new="top = s.masked_fill(s == -math.inf, 0.0).topk(min(k, N_k), dim=-1).values  # (..., N_q, k)"),
+    # 11.2: H2O
+    Bug("h2o_no_causal_mask", "11.2", "lets every query vote for every key, the future ones included (no causal mask)",
+        old="p = p.masked_fill(keys[None, :] > rows[:, None], 0.0)  # causal: query i sees keys j <= i",
+        new="pass"),
+    Bug("h2o_tile_softmax", "11.2", "normalises each tile's scores with the tile's own softmax instead of the given lse",
+        old="p = torch.exp(s - lse[:, :, rows, None])  # (B, H, T, N): probabilities from the given lse\n        p = p.masked_fill(keys[None, :] > rows[:, None], 0.0)  # causal: query i sees keys j <= i",
+        new="p = torch.softmax(s.masked_fill(keys[None, :] > rows[:, None], -math.inf), dim=-1)  # (B, H, T, N)"),
+    Bug("h2o_lse_base2", "11.2", "takes the lse as a base-2 log (exp2), as Triton's tutorial stores it",
+        old="p = torch.exp(s - lse[:, :, rows, None])", new="p = torch.exp2(s - lse[:, :, rows, None])"),
+    Bug("h2o_mask_strict", "11.2", "hides a key from its own query (j < i instead of j <= i), losing the diagonal",
+        old="p = p.masked_fill(keys[None, :] > rows[:, None], 0.0)", new="p = p.masked_fill(keys[None, :] >= rows[:, None], 0.0)"),
+    # 11.3: SnapKV
+    Bug("snapkv_no_pooling", "11.3", "keeps the raw votes without the max-pool, so the neighbours of a chosen token are lost",
+        old="pooled = padded.unfold(-1, kernel_size, 1).amax(dim=-1)  # (B, H_kv, N - w)", new="pooled = votes"),
+    Bug("snapkv_window_scores_itself", "11.3", "lets the window's own keys compete for the budget, so window tokens are chosen twice and prompt tokens are lost",
+        old="votes = torch.softmax(s, dim=-1).sum(dim=2)[..., : N - w]  # (B, H_kv, N - w): candidates only",
+        new="votes = torch.softmax(s, dim=-1).sum(dim=2)[..., w:]  # (B, H_kv, N - w)"),
+    Bug("snapkv_per_query_head", "11.3", "chooses with the votes of the first query head of each group instead of the whole group's under GQA",
+        old="votes = torch.softmax(s, dim=-1).sum(dim=2)[..., : N - w]",
+        new="votes = torch.softmax(s, dim=-1)[:, :, :w].sum(dim=2)[..., : N - w]"),
+    Bug("snapkv_ties_to_later_position", "11.3", "breaks ties between equal votes in favour of the later position",
+        old="order = torch.sort(pooled, dim=-1, descending=True, stable=True).indices  # ties: lower position first",
+        new="order = (pooled.shape[-1] - 1) - torch.sort(pooled.flip(-1), dim=-1, descending=True, stable=True).indices"),
+    Bug("snapkv_no_causal_mask", "11.3", "lets each window query see the window tokens after it (no causal mask in the window)",
+        old="s = s.masked_fill(torch.arange(N)[None, :] > q_pos[:, None], -math.inf)", new="pass"),
+    # 11.4: page bounds
+    Bug("quest_bound_from_max_only", "11.4", "uses q . max alone, which is not an upper bound where q is negative",
+        old="return torch.maximum(qq * lo, qq * hi).sum(dim=-1)  # (B, H, P)", new="return (qq * hi).sum(dim=-1)  # (B, H, P)"),
+    Bug("quest_bound_min_of_products", "11.4", "takes min(q m, q M) per channel: a lower bound, the sign convention upside down",
+        old="return torch.maximum(qq * lo, qq * hi).sum(dim=-1)", new="return torch.minimum(qq * lo, qq * hi).sum(dim=-1)"),
+    Bug("quest_bound_abs_q", "11.4", "multiplies |q| by max |k|, an upper bound but a loose one: not the bound of the statement",
+        old="return torch.maximum(qq * lo, qq * hi).sum(dim=-1)", new="return (qq.abs() * torch.maximum(lo.abs(), hi.abs())).sum(dim=-1)"),
+    Bug("page_bounds_zero_padding", "11.4", "pads the last partial page with zeros, so its min and max count keys that do not exist",
+        old="lo = torch.nn.functional.pad(keys, (0, 0, 0, pad), value=math.inf)  # (B, H_kv, P*page_size, d)\n    hi = torch.nn.functional.pad(keys, (0, 0, 0, pad), value=-math.inf)",
+        new="lo = torch.nn.functional.pad(keys, (0, 0, 0, pad))  # (B, H_kv, P*page_size, d)\n    hi = torch.nn.functional.pad(keys, (0, 0, 0, pad))"),
+    Bug("quest_bound_in_input_dtype", "11.4", "returns the bound in the input's dtype instead of float64",
+        old="return torch.maximum(qq * lo, qq * hi).sum(dim=-1)  # (B, H, P)",
+        new="return torch.maximum(qq * lo, qq * hi).sum(dim=-1).to(q.dtype)  # (B, H, P)"),
+    # 11.5: page selection
+    Bug("quest_drops_last_page", "11.5", "chooses all budget pages by bound and does not keep the sequence's own last page",
+        old="""    order = torch.sort(bound[..., : P - 1], dim=-1, descending=True, stable=True).indices  # ties: lower page first
+    chosen = order[..., : budget - 1]  # (B, H, budget - 1)
+    last = torch.full((B, H, 1), P - 1, dtype=torch.long)
+    return torch.cat([chosen, last], dim=-1).sort(dim=-1).values""",
+        new="""    order = torch.sort(bound, dim=-1, descending=True, stable=True).indices
+    return order[..., :budget].sort(dim=-1).values"""),
+    Bug("quest_unsorted_pages", "11.5", "returns the pages in order of bound, not ascending",
+        old="return torch.cat([chosen, last], dim=-1).sort(dim=-1).values", new="return torch.cat([last, chosen], dim=-1)"),
+    Bug("quest_ties_to_higher_page", "11.5", "breaks ties between equal bounds in favour of the higher page",
+        old="order = torch.sort(bound[..., : P - 1], dim=-1, descending=True, stable=True).indices  # ties: lower page first",
+        new="order = (P - 2) - torch.sort(bound[..., : P - 1].flip(-1), dim=-1, descending=True, stable=True).indices"),
+    Bug("quest_per_kv_head_with_first_query_head", "11.5", "selects with the bound of the group's first query head for every head of the group",
+        old="bound = quest_upper_bound(q, page_min, page_max)  # (B, H, P) float64",
+        new="G = q.shape[1] // page_min.shape[1]\n    bound = quest_upper_bound(q, page_min, page_max)[:, ::G].repeat_interleave(G, dim=1)  # (B, H, P)"),
+    # 11.6: sparse paged decode
+    Bug("sparse_decode_logical_pages", "11.6", "reads logical page p from physical page p, ignoring the block table",
+        old="phys = table[pos // page_size]  # (T,) physical page of each token", new="phys = pos // page_size  # (T,)"),
+    Bug("sparse_decode_reads_past_seq_len", "11.6", "reads the whole last page, garbage after seq_len included",
+        old="pos = pos[pos < n]  # the tokens that exist", new="pass"),
+    Bug("sparse_decode_kv_head_modulo", "11.6", "maps query head h to KV head h % H_kv instead of h // (H // H_kv)",
+        old="keys = k_pool[phys, pos % page_size, h // G]  # (T, d)\n            vals = v_pool[phys, pos % page_size, h // G]  # (T, d)",
+        new="keys = k_pool[phys, pos % page_size, h % H_kv]  # (T, d)\n            vals = v_pool[phys, pos % page_size, h % H_kv]  # (T, d)"),
+    Bug("sparse_decode_no_scale", "11.6", "forgets the 1 / sqrt(d) of the scores",
+        old="p = torch.softmax(keys @ q[b, h] / math.sqrt(d), dim=-1)  # (T,)", new="p = torch.softmax(keys @ q[b, h], dim=-1)  # (T,)"),
+    # 11.7: MoBA
+    Bug("moba_selects_future_blocks", "11.7", "lets a query choose blocks after its own (no causal mask on the gate)",
+        old="past = torch.arange(C)[None, :] < own[:, None]  # (N, C)", new="past = torch.arange(C)[None, :] != own[:, None]  # (N, C)"),
+    Bug("moba_scores_own_block", "11.7", "lets the own block compete for the top_k instead of always reading it on top of top_k - 1",
+        old="best = order[..., : min(top_k - 1, C)]  # (B, H, N, top_k - 1)", new="best = order[..., : min(top_k, C)]  # (B, H, N, top_k)"),
+    Bug("moba_own_block_competes", "11.7", "lets the own block, scored by a mean that holds future keys, take one of the top_k - 1 places of the past blocks",
+        old="past = torch.arange(C)[None, :] < own[:, None]  # (N, C)", new="past = torch.arange(C)[None, :] <= own[:, None]  # (N, C)"),
+    Bug("moba_ties_to_higher_block", "11.7", "breaks ties between equal gate scores in favour of the higher block",
+        old="order = torch.sort(score, dim=-1, descending=True, stable=True).indices  # ties: lower block first",
+        new="order = (C - 1) - torch.sort(score.flip(-1), dim=-1, descending=True, stable=True).indices"),
+    # 11.8: NSA
+    Bug("nsa_counts_overlap_twice", "11.8", "adds the window to the selected tokens, counting the tokens in both twice",
+        old='"total": compressed + len(tokens)}', new='"total": compressed + selected + len(recent)}'),
+    Bug("nsa_compressed_n_over_stride", "11.8", "counts N / stride compressed keys, as if every block started before N were complete",
+        old="compressed = (seq_len - compress_block) // compress_stride + 1 if seq_len >= compress_block else 0",
+        new="compressed = seq_len // compress_stride"),
+    Bug("nsa_selected_full_blocks", "11.8", "counts every selected block as select_block tokens, the partial last one too",
+        old="tokens.update(range(c * select_block, min((c + 1) * select_block, seq_len)))",
+        new="tokens.update(range(c * select_block, (c + 1) * select_block))"),
+]
