@@ -25,7 +25,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -34,26 +33,16 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.records import Record
+from benchmarks.results import cpu_model
 from benchmarks.solutions import load_solutions
+from grading.layout import BENCH_RESULTS, BUILD, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "09_rope_scaling_ppl.json"
-BUILD_RESULTS = ROOT / "_build" / "bench" / "09_rope_scaling_ppl.json"
+RESULTS = BENCH_RESULTS / "09_rope_scaling_ppl.json"
+BUILD_RESULTS = BUILD / "bench" / "09_rope_scaling_ppl.json"
 FACTOR = 2  # read FACTOR times the declared context
 CHUNK = 1024  # tokens per forward pass
 BIN = 512  # tokens per point of the loss-by-position curves
 METHODS = ("none", "yarn", "pi", "ntk")  # the two of the records first
-
-
-def _cpu_name() -> str:
-    """The CPU's model name (Linux), else the architecture."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def sdpa(q, k, v, mask):
@@ -91,7 +80,7 @@ def measure(methods=METHODS, factor=FACTOR, log=print, on_method=None) -> dict:
     lengths = [n for n in range(BIN * 2, length + 1, BIN * 2)]
     out = {
         "date": datetime.date.today().isoformat(),
-        "machine": f"{_cpu_name()}, {os.cpu_count()} CPUs, torch {torch.__version__} with "
+        "machine": f"{cpu_model()}, {os.cpu_count()} CPUs, torch {torch.__version__} with "
                    f"{torch.get_num_threads()} threads",
         "python": sys.version.split()[0],
         "model": f"{modellab.load.WHEEL}: {modellab.load.GGUF_NAME}",

@@ -46,7 +46,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -55,11 +54,12 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.records import Record, median_ratio, paired_times
+from benchmarks.results import cpu_model
 from benchmarks.solutions import load_solutions
+from grading.layout import BENCH_RESULTS, BUILD, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "11_sparse_attention_memory.json"
-BUILD_RESULTS = ROOT / "_build" / "bench" / "11_sparse_attention_memory.json"
+RESULTS = BENCH_RESULTS / "11_sparse_attention_memory.json"
+BUILD_RESULTS = BUILD / "bench" / "11_sparse_attention_memory.json"
 N = 1024  # context tokens, the second occurrence included (4,096 did not fit the shared 2-core machine)
 KEY_DIGITS = 6  # the pass key: six random digits (one token each)
 NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
@@ -72,20 +72,10 @@ NUM_SINK, OBS_WINDOW, POOL, PAGE, BLOCK = 4, 32, 7, 16, 64
 KIVI_BITS, KIVI_GROUP = 4, 64
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
-
-
 def _machine() -> str:
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     isa = "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "no AVX2")
-    return f"{_cpu_name()}, {os.cpu_count()} CPUs, {isa}, torch {torch.__version__} (CPU), {torch.get_num_threads()} threads"
+    return f"{cpu_model()}, {os.cpu_count()} CPUs, {isa}, torch {torch.__version__} (CPU), {torch.get_num_threads()} threads"
 
 
 # -- the model, split into a prefill that records what the policies need and a chunk pass --

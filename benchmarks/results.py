@@ -40,6 +40,11 @@ def _cpuinfo() -> dict[str, str]:
     return fields
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what the platform says."""
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine() or "unknown CPU"
+
+
 def blas_build() -> str:
     """The BLAS torch was built with, from ``torch.__config__.show()`` (e.g. "Intel(R) oneAPI
     Math Kernel Library Version 2024.2", "OpenBLAS"), and its CPU capability (AVX2, AVX512)."""
@@ -71,7 +76,7 @@ def machine(threads: int) -> dict[str, object]:
     info = _cpuinfo()
     flags = set(info.get("flags", "").split())
     return {
-        "cpu_model": info.get("model name") or platform.processor() or "unknown CPU",
+        "cpu_model": cpu_model(),
         "cpu_vendor": info.get("vendor_id", "unknown vendor"),
         "cpu_family": _int_or_none(info.get("cpu family")),
         "cpu_model_number": _int_or_none(info.get("model")),
