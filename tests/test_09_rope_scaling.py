@@ -192,6 +192,9 @@ YARN_CASES = [
     ("d64-base1e4-s1-L2048", 64, 10000.0, 1.0, 2048, 32.0, 1.0),
     ("d80-base1e6-s3-L4096-betas-16-2", 80, 1e6, 3.0, 4096, 16.0, 2.0),
     ("d128-base5e5-s8-L8192-betas-64-0.5", 128, 500000.0, 8.0, 8192, 64.0, 0.5),
+    # The slow end of the ramp lies past the last pair (index 32.1 of 32 pairs): the ramp is
+    # clamped at head_dim - 1, as transformers does, not at the last pair's index d/2 - 1.
+    ("d64-base1e4-s4-L65536-slow-end-past-the-pairs", 64, 10000.0, 4.0, 65536, 32.0, 1.0),
     ("d16-base1e4-s4-L64-ramp-clamped-at-0", 16, 10000.0, 4.0, 64, 32.0, 1.0),
     ("d64-base1e4-s2-L16-both-ends-at-0", 64, 10000.0, 2.0, 16, 32.0, 1.0),
 ]

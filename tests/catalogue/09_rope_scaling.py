@@ -68,6 +68,10 @@ BUGS = [
     Bug("yarn_index_in_channels", "9.5", "solves for the channel index (d instead of d/2 pairs: the formula without the 2)",
         old="return head_dim * math.log(original_len / (2 * math.pi * rotations)) / (2 * math.log(base))",
         new="return head_dim * math.log(original_len / (2 * math.pi * rotations)) / math.log(base)"),
+    Bug("yarn_high_clamped_at_last_pair", "9.5", "clamps the ramp's slow end at the last pair, d/2 - 1, instead of "
+        "head_dim - 1, so a ramp that ends past the last pair is steeper than it should be",
+        old="high = min(math.ceil(index_of(beta_slow)), head_dim - 1)",
+        new="high = min(math.ceil(index_of(beta_slow)), head_dim // 2 - 1)"),
     Bug("yarn_rotations_without_2pi", "9.5", "counts radians instead of turns: r = L theta instead of L theta / 2 pi",
         old="math.log(original_len / (2 * math.pi * rotations))", new="math.log(original_len / rotations)"),
     Bug("yarn_ln_of_factor_base10", "9.5", "uses log10(s) in the attention factor",
