@@ -114,12 +114,15 @@ def _sdpa(q, k, v, causal=False):
 
 
 # -- Exercise 7.1: vector add ------------------------------------------------------------
-VECTOR_CASES = {  # id: (length, dtype, block_size or None for the default)
-    "N1-fp32": (1, "fp32", None),
-    "N1000-fp32": (1000, "fp32", None),
-    "N97-fp16": (97, "fp16", None),
-    "N256-block64-fp32": (256, "fp32", 64),
-    "N300-block256-fp32": (300, "fp32", 256),
+VECTOR_CASES = {  # id: (length, dtype, block_size or None for the default, layout)
+    "N1-fp32": (1, "fp32", None, "dense"),
+    "N1000-fp32": (1000, "fp32", None, "dense"),
+    "N97-fp16": (97, "fp16", None, "dense"),
+    "N256-block64-fp32": (256, "fp32", 64, "dense"),
+    "N300-block256-fp32": (300, "fp32", 256, "dense"),
+    # Every other element of a longer vector (stride 2), as a slice x[::2] is: the kernel
+    # walks its pointers with unit stride, so the wrapper must hand it contiguous copies.
+    "N200-strided-fp32": (200, "fp32", 64, "strided"),
 }
 VECTOR_BAD = {  # id: (x shape, y shape, y dtype, block_size, exception, argument named)
     "length-mismatch": ((8,), (9,), torch.float32, 128, ValueError, "y"),
@@ -130,9 +133,11 @@ VECTOR_BAD = {  # id: (x shape, y shape, y dtype, block_size, exception, argumen
 
 
 def _vector_value(nb, cid, device, dtype):
-    n, _, block = VECTOR_CASES[cid]
+    n, _, block, layout = VECTOR_CASES[cid]
     g = _generator(cid)
     x, y = torch.randn(n, generator=g).to(dtype), torch.randn(n, generator=g).to(dtype)
+    if layout == "strided":  # the same values, every other element of a vector twice as long
+        x, y = (torch.stack([t, torch.full_like(t, 1e4)], dim=1).reshape(-1)[::2] for t in (x, y))  # (n,) stride 2
     kwargs = {} if block is None else {"block_size": block}
     got = _call(nb.vector_add, _to(x, device), _to(y, device), **kwargs)
     expected = ref.vector_add(x, y).to(dtype).double()  # one correctly rounded add per element
