@@ -1,0 +1,276 @@
+"""The translated editions: their catalogues, the checks that keep them complete, and the builds.
+
+The English pages are the only source. Sphinx's ``gettext`` builder cuts them into
+messages (a paragraph, a heading, a list item, a table cell, a caption), one ``.pot`` file
+per page; ``sphinx-intl update`` keeps one ``.po`` file per page and language in
+``locales/<lang>/LC_MESSAGES/``, and the translated build (``-D language=zh_CN``) replaces
+each message by its ``msgstr``. A message whose English changed becomes *fuzzy* and shows
+in English until someone translates it again; this module's ``check`` fails on it, so an
+English change comes with its translation (CONTRIBUTING, "Translations").
+
+    python -m tools.i18n update          # new English -> catalogues (empty or fuzzy entries)
+    python -m tools.i18n check           # fails on an empty, fuzzy or inconsistent message,
+                                         # a changed placeholder, or a glossary term not used
+    python -m tools.i18n stats           # the counts `make bench` reports (JSON)
+    python -m tools.i18n build [--lang zh_CN]   # _build/html/<lang>/, after `make book`
+
+Placeholders are the parts of a message that are not prose: inline code, math, MyST roles
+(``{glue:text}`key:.1f```, ``{cite:p}`...```, ``{numref}`...```), link targets and
+format fields. A translation must contain each exactly as often as the English does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from babel.messages.pofile import read_po, write_po
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = ROOT / "book" / "i18n"
+LOCALES = ROOT / "locales"
+POT_DIR = ROOT / "_build" / "gettext"
+HTML = ROOT / "_build" / "html"
+GLOSSARY_PAGE = ROOT / "book" / "notation.md"
+GLOSSARY_HEADING = "## Terms in both editions"
+LANGUAGES = ("zh_CN",)
+BIN = Path(sys.executable).parent
+
+# A MyST role with its content: {glue:text}`key:.1f`, {cite:p}`a,b`, {numref}`fig-x`.
+_ROLE = r"\{[A-Za-z][\w:.-]*\}`[^`]*`"
+_CODE = r"``[^`]+``|`[^`]+`"
+_MATH = r"\$\$.+?\$\$|\$[^$\s](?:[^$]*[^$\s])?\$"
+_LINK_TARGET = r"\]\(([^)\s]+)\)"
+_AUTOLINK = r"<(?:https?|mailto):[^>\s]+>|https?://[^\s)>\]]+"
+_FORMAT_FIELD = r"\{\{[^}]*\}\}|\{[A-Za-z_][\w.]*(?::[^{}\s]*)?\}(?!`)"
+_PLACEHOLDER = re.compile("|".join(f"(?:{p})" for p in (_ROLE, _CODE, _MATH, _AUTOLINK, _FORMAT_FIELD)))
+_TARGET = re.compile(_LINK_TARGET)
+
+
+def placeholders(text: str) -> collections.Counter:
+    """The placeholders of one message, counted: roles, code, math, link targets, fields."""
+    found = collections.Counter(m.group(0) for m in _PLACEHOLDER.finditer(text))
+    found.update(f"]({t})" for t in _TARGET.findall(text))
+    return found
+
+
+@dataclass
+class Problem:
+    """One thing wrong with one message of one catalogue."""
+
+    catalogue: str  # e.g. "zh_CN/chapters/01_kv_memory.po"
+    kind: str  # "untranslated", "fuzzy", "placeholder", "glossary", "inconsistent", "stale"
+    msgid: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        head = self.msgid if len(self.msgid) <= 90 else self.msgid[:87] + "..."
+        return f"{self.catalogue}: {self.kind}: {head!r}" + (f"\n    {self.detail}" if self.detail else "")
+
+
+@dataclass
+class Report:
+    """What `check` found, and the counts `make bench` records."""
+
+    language: str
+    messages: int = 0
+    untranslated: int = 0
+    fuzzy: int = 0
+    placeholder_mismatches: int = 0
+    glossary_misses: int = 0
+    inconsistent: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False, indent=1)
+
+
+def glossary() -> list[tuple[str, str]]:
+    """(English, translation) pairs from the notation page's table, the one list of terms."""
+    text = GLOSSARY_PAGE.read_text(encoding="utf-8")
+    if GLOSSARY_HEADING not in text:
+        raise SystemExit(f"{GLOSSARY_PAGE.relative_to(ROOT)} has no section {GLOSSARY_HEADING!r}")
+    section = text.split(GLOSSARY_HEADING, 1)[1].split("\n## ", 1)[0]
+    pairs = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] and not set(cells[0]) <= {"-", " "} and cells[0] != "English":
+            pairs.append((cells[0], cells[1]))
+    return pairs
+
+
+def _term_pattern(term: str) -> re.Pattern:
+    # "KV cache" also matches "KV-cache" and "KV caches"; not inside another word.
+    words = [re.escape(w) for w in re.split(r"[\s-]+", term)]
+    return re.compile(r"(?<![\w-])" + r"[\s-]+".join(words) + r"(?:e?s)?(?![\w-])", re.IGNORECASE)
+
+
+def _prose(text: str) -> str:
+    """The message without its placeholders: a term inside code or a link is not prose."""
+    return _TARGET.sub("]", _PLACEHOLDER.sub(" ", text))
+
+
+def catalogues(language: str) -> dict[str, Path]:
+    """Page name (``chapters/01_kv_memory``) -> its .po file, for one language."""
+    base = LOCALES / language / "LC_MESSAGES"
+    return {str(p.relative_to(base).with_suffix("")): p for p in sorted(base.rglob("*.po"))}
+
+
+def templates() -> dict[str, Path]:
+    """Page name -> its .pot file from the last gettext build."""
+    return {str(p.relative_to(POT_DIR).with_suffix("")): p for p in sorted(POT_DIR.rglob("*.pot"))}
+
+
+def _read(path: Path):
+    with path.open("rb") as f:
+        return read_po(f)
+
+
+def _write(path: Path, catalog) -> None:
+    # No wrapping: one line per message, so a diff shows the paragraph that changed.
+    with path.open("wb") as f:
+        write_po(f, catalog, width=0, no_location=True, omit_header=False, ignore_obsolete=True)
+
+
+def gettext() -> None:
+    """Cut the English pages into .pot files under _build/gettext (no notebook executes)."""
+    subprocess.run(
+        [str(BIN / "sphinx-build"), "-b", "gettext", "-q", "-c", str(CONF_DIR),
+         # Messages are the Markdown; code outputs are not translated, so nothing runs.
+         "-D", "nb_execution_mode=off", str(ROOT), str(POT_DIR)],
+        check=True, cwd=ROOT, stderr=subprocess.DEVNULL,
+    )
+
+
+def update(language: str) -> None:
+    """New English -> catalogues; then fill each empty message that another page translated."""
+    gettext()
+    subprocess.run(
+        [str(BIN / "sphinx-intl"), "update", "-p", str(POT_DIR), "-d", str(LOCALES), "-l", language,
+         "-w", "0", "--no-obsolete"],
+        check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+    )
+    pages = catalogues(language)
+    live = set(templates())
+    for name, path in pages.items():
+        if name not in live:  # the page is gone from the book
+            path.unlink()
+    pages = {n: p for n, p in pages.items() if n in live}
+    loaded = {name: _read(path) for name, path in pages.items()}
+    # exercises/NN and solutions/NN share their statement cells: translate once, fill the other.
+    memory = {}
+    for catalog in loaded.values():
+        for m in catalog:
+            if m.id and m.string and not m.fuzzy:
+                memory.setdefault(m.id, m.string)
+    for name, catalog in loaded.items():
+        for m in catalog:
+            if m.id and not m.string and m.id in memory:
+                m.string = memory[m.id]
+                m.flags.discard("fuzzy")
+        catalog.project = "Long Context, Short Memory"
+        catalog.header_comment = (f"# {language} translation of the page {name} of Long Context, Short Memory.\n"
+                                  "# Made by `python -m tools.i18n update`; translate the empty msgstr entries.")
+        catalog.last_translator = "The long-context inference book contributors"
+        catalog.language_team = f"{language} <the book's contributors>"
+        catalog.creation_date = catalog.revision_date = catalog.creation_date.replace(year=2026, month=1, day=1,
+                                                                                     hour=0, minute=0)
+        _write(pages[name], catalog)
+
+
+def check(language: str, *, fresh: bool = True) -> Report:
+    """Every message of every page translated, current, with its placeholders and glossary terms."""
+    if fresh:
+        gettext()
+    report = Report(language=language)
+    pages = catalogues(language)
+    terms = [(en, zh, _term_pattern(en)) for en, zh in glossary()]
+    seen: dict[str, tuple[str, str]] = {}
+    for name, pot_path in templates().items():
+        label = f"{language}/{name}.po"
+        wanted = [m.id for m in _read(pot_path) if m.id]
+        report.messages += len(wanted)
+        if name not in pages:
+            report.untranslated += len(wanted)
+            report.problems.append(Problem(label, "untranslated", f"{len(wanted)} messages",
+                                           "no catalogue: run `python -m tools.i18n update`"))
+            continue
+        catalog = _read(pages[name])
+        for msgid in wanted:
+            m = catalog.get(msgid)
+            if m is None or not m.string:
+                report.untranslated += 1
+                report.problems.append(Problem(label, "untranslated", msgid))
+                continue
+            if m.fuzzy:
+                report.fuzzy += 1
+                report.problems.append(Problem(label, "fuzzy", msgid, "the English changed: translate it again, "
+                                                                       "then remove the fuzzy flag"))
+                continue
+            want, got = placeholders(msgid), placeholders(m.string)
+            if want != got:
+                report.placeholder_mismatches += 1
+                missing = ", ".join(sorted((want - got).elements()))
+                extra = ", ".join(sorted((got - want).elements()))
+                report.problems.append(Problem(label, "placeholder", msgid,
+                                               f"missing: {missing or '-'}; not in the English: {extra or '-'}"))
+            prose = _prose(msgid)
+            for en, zh, pattern in terms:
+                if pattern.search(prose) and zh not in m.string:
+                    report.glossary_misses += 1
+                    report.problems.append(Problem(label, "glossary", msgid,
+                                                   f"{en!r} is {zh!r} in this edition (book/notation.md)"))
+            if msgid in seen and seen[msgid][1] != m.string:
+                report.inconsistent += 1
+                report.problems.append(Problem(label, "inconsistent", msgid,
+                                               f"translated differently in {seen[msgid][0]}"))
+            seen.setdefault(msgid, (label, m.string))
+    return report
+
+
+def build(language: str) -> float:
+    """_build/html/<language>/ from the same execution cache as `make book`; returns seconds."""
+    start = time.perf_counter()
+    subprocess.run(
+        [str(BIN / "sphinx-build"), "-b", "html", "-W", "--keep-going", "-q", "-c", str(CONF_DIR),
+         "-D", f"language={language}", "-d", str(ROOT / "_build" / "doctrees" / language),
+         str(ROOT), str(HTML / language)],
+        check=True, cwd=ROOT,
+    )
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.i18n", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["update", "check", "stats", "build"])
+    parser.add_argument("--lang", default=LANGUAGES[0], choices=LANGUAGES)
+    parser.add_argument("--no-gettext", action="store_true", help="check against the .pot files already built")
+    args = parser.parse_args(argv)
+    if args.command == "update":
+        update(args.lang)
+        return 0
+    if args.command == "build":
+        print(f"{args.lang}: built in {build(args.lang):.0f} s")
+        return 0
+    report = check(args.lang, fresh=not args.no_gettext)
+    if args.command == "stats":
+        print(report.to_json())
+        return 0
+    for problem in report.problems:
+        print(problem)
+    bad = len(report.problems)
+    print(f"{args.lang}: {report.messages} messages, {report.untranslated} untranslated, {report.fuzzy} fuzzy, "
+          f"{report.placeholder_mismatches} placeholder mismatches, {report.glossary_misses} glossary misses, "
+          f"{report.inconsistent} inconsistent")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
