@@ -40,6 +40,7 @@ POT_DIR = ROOT / "_build" / "gettext"
 HTML = ROOT / "_build" / "html"
 GLOSSARY_PAGE = ROOT / "book" / "notation.md"
 GLOSSARY_HEADING = "## Terms in both editions"
+BOOK_CATALOGUE = "book"  # the words of _toc.yml and of book/_ext (book/_ext/editions.py)
 LANGUAGES = ("zh_CN",)
 BIN = Path(sys.executable).parent
 
@@ -124,8 +125,36 @@ def catalogues(language: str) -> dict[str, Path]:
 
 
 def templates() -> dict[str, Path]:
-    """Page name -> its .pot file from the last gettext build."""
+    """Page name -> its .pot file from the last gettext build, and book.pot (book_template)."""
     return {str(p.relative_to(POT_DIR).with_suffix("")): p for p in sorted(POT_DIR.rglob("*.pot"))}
+
+
+def book_template() -> list[str]:
+    """The words no page holds: _toc.yml's captions and titles, and the edition switch's label.
+
+    book/_ext/editions.py translates them from book.po (Sphinx inserts the toc after it has
+    translated the pages).
+    """
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    from editions import SWITCH_LABEL
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    words = [SWITCH_LABEL]
+    for part in toc.get("parts", []):
+        words.append(part["caption"])
+        words.extend(entry["title"] for entry in part["chapters"] if entry.get("title"))
+    return list(dict.fromkeys(words))
+
+
+def _write_book_pot() -> None:
+    from babel.messages.catalog import Catalog
+
+    template = Catalog(project="Long Context, Short Memory")
+    for word in book_template():
+        template.add(word)
+    _write(POT_DIR / f"{BOOK_CATALOGUE}.pot", template)
 
 
 def _read(path: Path):
@@ -147,6 +176,7 @@ def gettext() -> None:
          "-D", "nb_execution_mode=off", str(ROOT), str(POT_DIR)],
         check=True, cwd=ROOT, stderr=subprocess.DEVNULL,
     )
+    _write_book_pot()
 
 
 def update(language: str) -> None:

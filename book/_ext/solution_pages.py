@@ -25,7 +25,9 @@ INSTRUCTION = "Replace every"
 
 
 class SolutionPages(SphinxTransform):
-    default_priority = 500
+    # Before Sphinx's Locale transform (priority 20): the new title and sentence are then
+    # messages of the solution pages like any other, cut by `gettext` and translated.
+    default_priority = 15
 
     def apply(self):
         docname = self.env.docname
@@ -33,20 +35,27 @@ class SolutionPages(SphinxTransform):
             return
         stem = docname.split("/", 1)[1]
         for title in self.document.findall(nodes.title):
-            for text in title.findall(nodes.Text):
-                if text.astext().startswith(EXERCISE_TITLE):
-                    text.parent.replace(text, nodes.Text("Solutions for" + text.astext()[len("Exercises for"):]))
-                break
+            source = title.rawsource or title.astext()
+            if source.startswith(EXERCISE_TITLE):
+                renamed = "Solutions for" + source[len("Exercises for"):]
+                title.rawsource = renamed
+                title.children = []
+                title += nodes.Text(renamed)
             break
         for para in self.document.findall(nodes.paragraph):
             if para.astext().startswith(INSTRUCTION):
-                new = nodes.paragraph()
+                exercise = f"exercises/{stem}.ipynb"
+                text = (f"These are the book's worked solutions, executed, with their outputs. The exercise notebook "
+                        f"`{exercise}` has the same cells, each solution replaced by `raise NotImplementedError(...)`; "
+                        "the graders check either folder from the repository root:")
+                new = nodes.paragraph(text)  # rawsource: the MyST source a translation replaces
                 new += nodes.Text("These are the book's worked solutions, executed, with their outputs. The exercise "
                                   "notebook ")
-                new += nodes.literal(text=f"exercises/{stem}.ipynb")
+                new += nodes.literal(text=exercise)
                 new += nodes.Text(" has the same cells, each solution replaced by ")
                 new += nodes.literal(text="raise NotImplementedError(...)")
                 new += nodes.Text("; the graders check either folder from the repository root:")
+                new.source, new.line = para.source, para.line
                 para.replace_self(new)
                 break
 

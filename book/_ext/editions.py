@@ -1,0 +1,100 @@
+"""Every page links to the same page in the other edition, and the book's own words translate.
+
+The English edition is built at ``_build/html/``, each translation at ``_build/html/<lang>/``
+(``tools/i18n.py build``), page for page: ``chapters/05_flash_attention.html`` is
+``zh_CN/chapters/05_flash_attention.html``. Section ids come from the English headings in
+both (Sphinx translates a title's text, not its id), so the link carries the reader's
+``#section`` along, and ``_static/editions.js`` adds it at the moment of the click.
+
+The words of ``_toc.yml`` (the sidebar's part captions, and the titles it gives the exercise
+and solution pages) come from no page, and Sphinx inserts them after it has translated the
+pages, so the page catalogues cannot reach them. They are translated here, from
+``locales/<lang>/LC_MESSAGES/book.po``, which ``tools/i18n.py`` writes from ``_toc.yml`` and
+checks with the page catalogues. So is this extension's own label.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from babel.messages.pofile import read_po
+from sphinx import addnodes
+from sphinx.transforms import SphinxTransform
+
+CATALOGUE = "book"  # locales/<lang>/LC_MESSAGES/book.po
+SOURCE = "en"
+EDITIONS = {"en": ("English", "en"), "zh_CN": ("中文", "zh-CN")}  # name in its own language, hreflang
+LOCALES = Path(__file__).resolve().parents[2] / "locales"
+SWITCH_LABEL = "Other editions of this page"
+
+
+def _language(app) -> str:
+    return app.config.language or SOURCE
+
+
+def book_messages(language: str) -> dict[str, str]:
+    """English -> translation from book.po ({} for English, or where a message is untranslated)."""
+    path = LOCALES / language / "LC_MESSAGES" / f"{CATALOGUE}.po"
+    if language == SOURCE or not path.exists():
+        return {}
+    with path.open("rb") as f:
+        return {m.id: m.string for m in read_po(f) if m.id and m.string and not m.fuzzy}
+
+
+def edition_links(app, pagename: str) -> list[tuple[str, str, str, str]]:
+    """(href, name, hreflang, language) of this page in every other edition, relative to it."""
+    here = _language(app)
+    up = "../" * pagename.count("/")
+    root = up if here == SOURCE else up + "../"  # the English edition's root, from this page
+    links = []
+    for language, (name, hreflang) in EDITIONS.items():
+        if language == here:
+            continue
+        prefix = root if language == SOURCE else f"{root}{language}/"
+        links.append((f"{prefix}{pagename}.html", name, hreflang, language))
+    return links
+
+
+def add_switch(app, pagename, templatename, context, doctree):
+    if doctree is None or "body" not in context:
+        return None
+    anchors = "".join(
+        f'<a class="edition-link" href="{href}" hreflang="{hreflang}" lang="{hreflang}">{name}</a>'
+        for href, name, hreflang, _language_code in edition_links(app, pagename)
+    )
+    # Read by screen readers, in the page's language.
+    label = app.env.book_messages.get(SWITCH_LABEL, SWITCH_LABEL)
+    context["body"] = f'<nav class="edition-switch" aria-label="{label}">{anchors}</nav>' + context["body"]
+    context["metatags"] = context.get("metatags", "") + "".join(
+        f'\n<link rel="alternate" hreflang="{hreflang}" href="{href}" />'
+        for href, _name, hreflang, _code in edition_links(app, pagename)
+    )
+    return None
+
+
+class TranslateTocTitles(SphinxTransform):
+    """The captions and titles that _toc.yml puts in the sidebar, in this edition's language."""
+
+    default_priority = 900  # after sphinx_external_toc inserts the toctrees (100)
+
+    def apply(self):
+        messages = self.env.book_messages
+        if not messages:
+            return
+        for toctree in self.document.findall(addnodes.toctree):
+            if toctree.get("caption"):
+                toctree["caption"] = messages.get(toctree["caption"], toctree["caption"])
+            toctree["entries"] = [(messages.get(title, title) if title else title, ref)
+                                  for title, ref in toctree["entries"]]
+
+
+def load_messages(app, env, docnames):
+    env.book_messages = book_messages(_language(app))
+
+
+def setup(app):
+    app.connect("env-before-read-docs", load_messages)
+    app.connect("html-page-context", add_switch)
+    app.add_transform(TranslateTocTitles)
+    app.add_js_file("editions.js")
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
