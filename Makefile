@@ -11,10 +11,15 @@ PYVER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])
 STAMP := $(VENV)/.installed-$(PYVER)
 JOBS ?= 2
 
-.PHONY: help install book test test-book test-portable-outputs bench exercises solutions grade gradescope release clean
+LANGS := zh_CN
+
+.PHONY: help install book book-zh i18n-update i18n-check test test-book test-portable-outputs bench exercises solutions grade gradescope release clean
 
 help:
-	@echo "make book       install into .venv (first time) and build the HTML book into _build/html"
+	@echo "make book       install into .venv (first time) and build the HTML book into _build/html (English),"
+	@echo "                and its Chinese edition into _build/html/zh_CN"
+	@echo "make book-zh    the Chinese edition alone, from the same execution cache"
+	@echo "make i18n-update  new English prose -> locales/ (then translate the empty and fuzzy entries)"
 	@echo "make test       install if needed and run every check (graders, stubs, catalogue, nbval, book, browser)"
 	@echo "make bench      run benchmarks/ and write _build/bench/results.json"
 	@echo "make exercises  regenerate exercises/ from solutions/"
@@ -36,8 +41,20 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 install: $(STAMP)
 
 # jupyter-cache (execute_notebooks: cache) re-executes only notebooks whose code changed.
+# The translated editions follow, from the same cache: they re-execute nothing.
 book: $(STAMP) $(MODEL_CACHE)
 	$(BIN)/jupyter-book build . -W --keep-going
+	$(foreach lang,$(LANGS),$(BIN)/python -m tools.i18n build --lang $(lang) &&) true
+
+book-zh: $(STAMP) $(MODEL_CACHE)
+	$(BIN)/python -m tools.i18n build --lang zh_CN
+
+# After changing English prose: its messages become empty or fuzzy in locales/ (CONTRIBUTING).
+i18n-update: $(STAMP)
+	$(foreach lang,$(LANGS),$(BIN)/python -m tools.i18n update --lang $(lang) &&) true
+
+i18n-check: $(STAMP)
+	$(foreach lang,$(LANGS),$(BIN)/python -m tools.i18n check --lang $(lang) &&) true
 
 # The real model is de-quantized from its GGUF once per checkout (20 s to minutes on a small
 # CPU); do it before the graders, whose per-test timeout must not pay for it.
@@ -47,6 +64,7 @@ $(MODEL_CACHE): $(STAMP)
 
 test: $(STAMP) $(MODEL_CACHE)
 	$(BIN)/python -m grading.stubs --check
+	$(MAKE) --no-print-directory i18n-check
 	$(MAKE) --no-print-directory release
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --prove --nbval --nbval-current-env --ignore=tests/browser tests/ solutions/
 	$(MAKE) --no-print-directory test-portable-outputs

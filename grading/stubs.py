@@ -1,7 +1,10 @@
 """Generate exercise notebooks (stubs) from solution notebooks.
 
 ``solutions/`` is the one source of truth: ``make exercises`` rewrites
-``exercises/`` from it, and a test fails when the two drift apart. First it writes
+``exercises/`` from it, and a test fails when the two drift apart. The translated
+editions' exercises (``exercises/zh_CN/``) are the same stubs with their markdown cells
+translated through the book's catalogues (``locales/``, :mod:`tools.i18n`): the same code,
+graded alike. First it writes
 nbgrader's cell metadata and the autograder cells into the solutions themselves
 (:mod:`grading.nbgrader`; the points come from the graders), so the exercises carry
 them too.
@@ -51,6 +54,19 @@ def expected_stubs(solutions: Path) -> dict[str, str]:
     return out
 
 
+def translated_stubs(stubs: dict[str, str]) -> dict[str, str]:
+    """``zh_CN/NN_topic.ipynb`` -> text, for each stub and translated edition."""
+    from tools import i18n
+
+    out = {}
+    for language in i18n.LANGUAGES:
+        for name, text in stubs.items():
+            nb = nbformat.reads(text, as_version=NB_VERSION)
+            translated = i18n.translate_notebook(nb, language, f"exercises/{Path(name).stem}")
+            out[f"{language}/{name}"] = render(translated)
+    return out
+
+
 def annotated_solutions(solutions: Path) -> dict[str, str]:
     """The text of each solution notebook with its nbgrader metadata and autograder cells
     as they should be (:func:`grading.nbgrader.annotate`), for the notebooks of chapters
@@ -95,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave the solutions' nbgrader metadata as it is (no graders are collected)")
     args = parser.parse_args(argv)
     unannotated = [] if args.no_nbgrader else _sync(annotated_solutions(args.solutions), args.solutions, args.check)
-    stale = _sync(expected_stubs(args.solutions), args.exercises, args.check)
+    stubs = expected_stubs(args.solutions)
+    stale = _sync(stubs, args.exercises, args.check) + _sync(translated_stubs(stubs), args.exercises, args.check)
     if args.check and unannotated:
         print("solutions/ lacks the nbgrader metadata the graders give for: " + ", ".join(unannotated)
               + " (run `make exercises`)", file=sys.stderr)

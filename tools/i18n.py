@@ -265,6 +265,73 @@ def check(language: str, *, fresh: bool = True) -> Report:
     return report
 
 
+def _markdown_parser():
+    # The parser of the book build, with the book's extensions (_config.yml, parse:).
+    import yaml
+    from markdown_it.renderer import RendererHTML
+    from myst_parser.config.main import MdParserConfig
+    from myst_parser.parsers.mdit import create_md_parser
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    extensions = set(config.get("parse", {}).get("myst_enable_extensions", []))
+    return create_md_parser(MdParserConfig(enable_extensions=extensions), RendererHTML)
+
+
+def translations(language: str, page: str) -> dict[str, str]:
+    """msgid -> msgstr of one page's catalogue: its current (non-fuzzy, non-empty) entries."""
+    path = catalogues(language).get(page)
+    if path is None:
+        return {}
+    return {m.id: m.string for m in _read(path) if m.id and m.string and not m.fuzzy}
+
+
+def translate_markdown(text: str, messages: dict[str, str], parser=None) -> tuple[str, list[str]]:
+    """A Markdown cell with each message replaced by its translation; and the messages not found.
+
+    The messages are those Sphinx's gettext cuts from the same text: the inline content of
+    each heading, paragraph, list item and table cell, its lines joined by spaces. A message
+    that spans lines becomes one line, after the same prefix ("## ", "- ", "> ", indent).
+    Code, math blocks and directives' options are not messages and stay as they are.
+    """
+    parser = parser or _markdown_parser()
+    lines = text.split("\n")
+    drop: set[int] = set()
+    missing = []
+    for token in parser.parse(text):
+        if token.type != "inline" or not token.map or not token.content.strip():
+            continue
+        msgid = token.content.replace("\n", " ").strip()
+        if msgid not in messages:
+            missing.append(msgid)
+            continue
+        start, end = token.map
+        first = token.content.split("\n", 1)[0]
+        at = lines[start].find(first)
+        if at < 0:
+            missing.append(msgid)
+            continue
+        if "\n" in token.content:
+            lines[start] = lines[start][:at] + messages[msgid]
+            drop.update(range(start + 1, start + token.content.count("\n") + 1))
+        else:  # one line; a table row holds several cells on one line
+            lines[start] = lines[start][:at] + lines[start][at:].replace(first, messages[msgid], 1)
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop), missing
+
+
+def translate_notebook(nb, language: str, page: str):
+    """A copy of a notebook whose markdown cells read in ``language`` (code cells untouched)."""
+    import copy
+
+    messages = translations(language, page)
+    parser = _markdown_parser()
+    out = copy.deepcopy(nb)
+    for cell in out.cells:
+        if cell.cell_type == "markdown":
+            source = cell.source if isinstance(cell.source, str) else "".join(cell.source)
+            cell.source, _missing = translate_markdown(source, messages, parser)
+    return out
+
+
 def build(language: str) -> float:
     """_build/html/<language>/ from the same execution cache as `make book`; returns seconds."""
     start = time.perf_counter()
