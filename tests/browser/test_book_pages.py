@@ -85,6 +85,7 @@ return out;
 # column there loses its columns to a scrollbar or spills out of the page.
 PHONE_WIDTH_PX, PHONE_HEIGHT_PX = 390, 844
 PHONE_PAGES = ("chapters/", "book/", "intro.html", "index.html")
+PHONE_PAGES += tuple(f"{lang}/{p}" for lang in ("zh_CN",) for p in PHONE_PAGES)
 TABLES_JS = r"""
 const article = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
 const column = article.getBoundingClientRect();

@@ -1,0 +1,119 @@
+"""The Chinese edition: every page there, the same sections, the link between them, no English left.
+
+Run after ``make book`` (which builds both editions); ``make test`` does both. The pages
+themselves (math, links, console, phone width) are opened by ``test_book_pages.py``,
+which walks ``_build/html/`` and so ``_build/html/zh_CN/`` too. Here:
+
+- every English page has its Chinese page, with the same section ids, so the language link
+  lands on the same section;
+- each page links to the other edition's page, and the link carries the reader's ``#section``;
+- no paragraph of a Chinese page is left in English where the catalogue has its
+  translation (a message that did not match: a stale ``.mo``, a changed paragraph).
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import pytest
+from grading.layout import ROOT
+
+from tests.browser.test_book_pages import CHROMEDRIVER, CHROMIUM, HTML, MATH_TIMEOUT_S, browser, server, pages  # noqa: F401
+
+LANG = "zh_CN"
+ZH = HTML / LANG
+CJK = re.compile(r"[\u4e00-\u9fff]")
+# A paragraph of prose: this many Latin words in a row, and not one Chinese character.
+ENGLISH_RUN = re.compile(r"(?:\b[A-Za-z][a-z']+\b[ ,;:()-]+){7,}")
+
+pytestmark = pytest.mark.skipif(not (ZH / "index.html").exists(),
+                                reason="no Chinese edition built: run `make book` (or `make book-zh`) first")
+
+
+class _Page(HTMLParser):
+    """Section ids, the edition links, and the text of prose blocks outside code and output."""
+
+    SKIP = {"pre", "code", "script", "style", "math", "svg"}
+    SKIP_CLASSES = ("cell_output", "output", "highlight", "math", "bibtex", "citation", "edition-switch",
+                    "bd-sidebar", "bd-header", "bd-footer", "prev-next", "toc", "nav")
+    BLOCKS = {"p", "li", "h1", "h2", "h3", "h4", "td", "th", "figcaption", "dt", "dd"}
+
+    def __init__(self):
+        super().__init__()
+        self.sections, self.editions, self.blocks = [], [], []
+        self._stack: list[tuple[str, bool]] = []
+        self._text: list[list[str]] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        skipping = (self._stack[-1][1] if self._stack else False) or tag in self.SKIP or any(
+            c in (a.get("class") or "") for c in self.SKIP_CLASSES)
+        if tag in ("br", "img", "hr", "meta", "link", "input", "wbr"):
+            return
+        self._stack.append((tag, skipping))
+        if tag == "section" and a.get("id"):
+            self.sections.append(a["id"])
+        if tag == "a" and "edition-link" in (a.get("class") or ""):
+            self.editions.append(a.get("href", ""))
+        if tag in self.BLOCKS and not skipping:
+            self._text.append([])
+
+    def handle_endtag(self, tag):
+        while self._stack:
+            open_tag, skipping = self._stack.pop()
+            if open_tag in self.BLOCKS and not skipping and self._text:
+                self.blocks.append(" ".join("".join(self._text.pop()).split()))
+            if open_tag == tag:
+                break
+
+    def handle_data(self, data):
+        if self._text and not (self._stack and self._stack[-1][1]):
+            self._text[-1].append(data)
+
+
+def _read(path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+def english_pages() -> list[str]:
+    return [p for p in pages() if not p.startswith(f"{LANG}/")]
+
+
+@pytest.mark.parametrize("page", english_pages())
+def test_same_page_same_sections(page):
+    """Both editions have the page, with the same section ids, linked to each other."""
+    zh_path = ZH / page
+    assert zh_path.exists(), f"{page} has no Chinese page ({zh_path.relative_to(ROOT)})"
+    en, zh = _read(HTML / page), _read(zh_path)
+    assert zh.sections == en.sections, f"{page}: the Chinese page's sections differ from the English ones"
+    depth = page.count("/")
+    assert en.editions == [f"{'../' * depth}{LANG}/{page}"], f"{page}: link to the Chinese page is {en.editions}"
+    assert zh.editions == [f"{'../' * (depth + 1)}{page}"], f"{LANG}/{page}: link to the English page is {zh.editions}"
+
+
+@pytest.mark.parametrize("page", [p for p in pages() if p.startswith(f"{LANG}/")])
+def test_no_english_left(page):
+    """Every prose block of a Chinese page reads in Chinese (the bibliography excepted)."""
+    if page.endswith("book/references.html"):
+        pytest.skip("the bibliography lists the sources in their own language")
+    left = [b for b in _read(HTML / page).blocks if ENGLISH_RUN.search(b) and not CJK.search(b)]
+    assert not left, f"{page}: {len(left)} blocks still in English, e.g. {left[:3]}"
+
+
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
+def test_switch_keeps_the_section(browser, server):  # noqa: F811
+    """A reader on a section of an English page clicks the link and lands on that section."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = "chapters/05_flash_attention.html"
+    section = _read(HTML / page).sections[2]
+    browser.get(f"{server}/{page}#{section}")
+    browser.find_element(By.CSS_SELECTOR, "a.edition-link").click()
+    WebDriverWait(browser, MATH_TIMEOUT_S).until(lambda d: f"/{LANG}/" in d.current_url)
+    assert browser.current_url.endswith(f"/{LANG}/{page}#{section}"), browser.current_url
+    assert browser.execute_script(f"return document.getElementById('{section}') !== null"), \
+        f"{LANG}/{page} has no section {section!r}"

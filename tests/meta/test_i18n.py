@@ -1,0 +1,111 @@
+"""The translated editions' tools (tools/i18n.py): the checks can fail, and the exercises match.
+
+``make i18n-check`` (in ``make test``) runs the check on the real catalogues; these tests
+show that it catches each kind of mistake it claims to, on small catalogues made here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from babel.messages.catalog import Catalog
+from babel.messages.pofile import write_po
+from grading.layout import EXERCISES, ROOT
+
+from tools import i18n
+
+GLUE = "{glue:text}`example_gib_32768:.0f`"
+ENGLISH = f"A 32K-token context needs {GLUE} GiB of KV cache per sequence; see {{cite:p}}`kwon2023vllm` and $N \\cdot c$."
+GOOD = f"32K token 的上下文，每条序列需要 {GLUE} GiB 的 KV 缓存；参见 {{cite:p}}`kwon2023vllm` 与 $N \\cdot c$。"
+
+
+def _catalogue(path, entries, fuzzy=()):
+    catalog = Catalog(locale="zh_CN")
+    for msgid, msgstr in entries.items():
+        catalog.add(msgid, msgstr, flags=("fuzzy",) if msgid in fuzzy else ())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        write_po(f, catalog, width=0)
+
+
+@pytest.fixture
+def books(tmp_path, monkeypatch):
+    """A template folder and a locale folder of one page, ``chapters/99_x``, to fill."""
+    monkeypatch.setattr(i18n, "POT_DIR", tmp_path / "pot")
+    monkeypatch.setattr(i18n, "LOCALES", tmp_path / "locales")
+
+    def make(translations, fuzzy=()):
+        _catalogue(tmp_path / "pot" / "chapters" / "99_x.pot", {k: "" for k in translations})
+        _catalogue(tmp_path / "locales" / "zh_CN" / "LC_MESSAGES" / "chapters" / "99_x.po", translations, fuzzy)
+        return i18n.check("zh_CN", fresh=False)
+
+    return make
+
+
+def test_a_faithful_translation_passes(books):
+    report = books({ENGLISH: GOOD})
+    assert report.problems == [] and report.messages == 1
+
+
+@pytest.mark.parametrize("wrong, kind", [
+    ("", "untranslated"),
+    (GOOD.replace(":.0f", ":.1f"), "placeholder"),  # the glued number formatted otherwise
+    (GOOD.replace(GLUE, "8"), "placeholder"),  # a glued number typed in by hand
+    (GOOD.replace("{cite:p}`kwon2023vllm`", "[Kwon 2023]"), "placeholder"),
+    (GOOD.replace("$N \\cdot c$", "N·c"), "placeholder"),  # math written out
+    (GOOD.replace("KV 缓存", "键值缓存"), "glossary"),  # another word for a glossary term
+])
+def test_each_kind_of_mistake_is_caught(books, wrong, kind):
+    report = books({ENGLISH: wrong})
+    assert [p.kind for p in report.problems] == [kind], report.problems
+
+
+def test_a_fuzzy_translation_fails(books):
+    assert [p.kind for p in books({ENGLISH: GOOD}, fuzzy={ENGLISH}).problems] == ["fuzzy"]
+
+
+def test_link_targets_and_code_must_survive():
+    english = "Run `make test` and read [the grader](../book/exercises_and_grading.md)."
+    assert i18n.placeholders(english) == i18n.placeholders("运行 `make test`，再读[评分器](../book/exercises_and_grading.md)。")
+    assert i18n.placeholders(english) != i18n.placeholders("运行 `make test`，再读[评分器](exercises_and_grading.md)。")
+    assert i18n.placeholders(english) != i18n.placeholders("运行 make test，再读[评分器](../book/exercises_and_grading.md)。")
+
+
+def test_the_glossary_is_read_from_the_notation_page():
+    terms = dict(i18n.glossary())
+    assert terms["KV cache"] == "KV 缓存" and terms["attention sink"] == "注意力汇聚点"
+    assert len(terms) >= 30
+
+
+def test_markdown_cells_are_cut_as_sphinx_cuts_them():
+    text = ("## Exercise 1.1\n\nThe cache holds\ntwo tensors per layer.\n\n- one key\n- one value,\n  per token\n\n"
+            "$$c = 2 n d$$\n\n| a | b |\n| --- | --- |\n| left | right |\n")
+    messages = {"Exercise 1.1": "练习 1.1", "The cache holds two tensors per layer.": "缓存每层保存两个张量。",
+                "one key": "一个键", "one value, per token": "每个 token 一个值", "left": "左", "right": "右",
+                "a": "a", "b": "b"}
+    out, missing = i18n.translate_markdown(text, messages)
+    assert missing == []
+    assert out == ("## 练习 1.1\n\n缓存每层保存两个张量。\n\n- 一个键\n- 每个 token 一个值\n\n$$c = 2 n d$$\n\n"
+                   "| a | b |\n| --- | --- |\n| 左 | 右 |\n")
+
+
+@pytest.mark.parametrize("language", i18n.LANGUAGES)
+def test_translated_exercises_have_the_same_code(language):
+    """The graders treat both notebooks alike because their code cells are the same."""
+    for english in sorted(EXERCISES.glob("*.ipynb")):
+        translated = EXERCISES / language / english.name
+        assert translated.exists(), f"{translated.relative_to(ROOT)} is missing: run `make exercises`"
+        a, b = (json.loads(p.read_text()) for p in (english, translated))
+        assert [c["cell_type"] for c in a["cells"]] == [c["cell_type"] for c in b["cells"]]
+        for cell_a, cell_b in zip(a["cells"], b["cells"]):
+            if cell_a["cell_type"] == "code":
+                assert cell_a == cell_b, f"{translated.name}: a code cell differs from the English one"
+
+
+@pytest.mark.parametrize("language", i18n.LANGUAGES)
+def test_catalogues_name_no_machine(language):
+    """No source location (a path of the machine that ran `update`) in a committed catalogue."""
+    for path in i18n.catalogues(language).values():
+        text = path.read_text(encoding="utf-8")
+        assert "\n#: " not in text and "/work/" not in text and "/home/" not in text, path
