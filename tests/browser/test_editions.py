@@ -117,3 +117,20 @@ def test_switch_keeps_the_section(browser, server):  # noqa: F811
     assert browser.current_url.endswith(f"/{LANG}/{page}#{section}"), browser.current_url
     assert browser.execute_script(f"return document.getElementById('{section}') !== null"), \
         f"{LANG}/{page} has no section {section!r}"
+
+
+def test_chinese_search_index_has_chinese_words():
+    """Sphinx cuts Chinese text into words with jieba when it is installed (requirements.txt)."""
+    index = (ZH / "searchindex.js").read_text(encoding="utf-8")
+    for word in ("缓存", "注意力", "量化"):
+        assert f'"{word}"' in index, f"the Chinese search index has no entry {word!r}: is jieba installed?"
+
+
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
+def test_chinese_search_finds_pages(browser, server):  # noqa: F811
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{server}/{LANG}/search.html?q=%E7%BC%93%E5%AD%98")  # 缓存, "cache"
+    WebDriverWait(browser, MATH_TIMEOUT_S).until(
+        lambda d: d.execute_script("return document.querySelectorAll('#search-results li').length") > 0,
+        message="searching the Chinese edition for 缓存 found no page")

@@ -109,3 +109,23 @@ def test_catalogues_name_no_machine(language):
     for path in i18n.catalogues(language).values():
         text = path.read_text(encoding="utf-8")
         assert "\n#: " not in text and "/work/" not in text and "/home/" not in text, path
+
+
+def test_a_chinese_notebook_is_graded_like_the_english_one(tmp_path):
+    """Chapter 1's solution with its statements in Chinese earns what the English one earns."""
+    import subprocess
+    import sys
+
+    import nbformat
+
+    from grading.layout import SOLUTIONS
+
+    solution = nbformat.read(SOLUTIONS / "01_kv_memory.ipynb", as_version=4)
+    translated = i18n.translate_notebook(solution, "zh_CN", "exercises/01_kv_memory")
+    changed = sum(a.source != b.source for a, b in zip(solution.cells, translated.cells))
+    assert changed > 0, "no markdown cell of Chapter 1 was translated: is exercises/01_kv_memory.po empty?"
+    nbformat.write(translated, tmp_path / "01_kv_memory.ipynb")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "tests/test_01_kv_memory.py",
+                          "--notebooks", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert " passed" in run.stdout and "failed" not in run.stdout.splitlines()[-1], run.stdout[-2000:]
