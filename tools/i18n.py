@@ -16,7 +16,9 @@ English change comes with its translation (CONTRIBUTING, "Translations").
 
 Placeholders are the parts of a message that are not prose: inline code, math, MyST roles
 (``{glue:text}`key:.1f```, ``{cite:p}`...```, ``{numref}`...```), link targets and
-format fields. A translation must contain each exactly as often as the English does.
+format fields. A translation must contain each exactly as often as the English does. The
+title of a titled cross-reference (``{ref}`the notation page <glossary>```) is prose: only
+its role and target must stay.
 """
 
 from __future__ import annotations
@@ -55,9 +57,19 @@ _PLACEHOLDER = re.compile("|".join(f"(?:{p})" for p in (_ROLE, _CODE, _MATH, _AU
 _TARGET = re.compile(_LINK_TARGET)
 
 
+_TITLED_ROLE = re.compile(r"^(\{[A-Za-z][\w:.-]*\}`)[^`<]*?\s*<([^<>`]+)>`$")
+
+
+def _placeholder(found: str) -> str:
+    # A cross-reference with a title of its own ({ref}`the notation page <glossary>`) keeps
+    # its role and target; its title is prose, and is translated.
+    titled = _TITLED_ROLE.match(found)
+    return f"{titled.group(1)}<{titled.group(2)}>`" if titled else found
+
+
 def placeholders(text: str) -> collections.Counter:
     """The placeholders of one message, counted: roles, code, math, link targets, fields."""
-    found = collections.Counter(m.group(0) for m in _PLACEHOLDER.finditer(text))
+    found = collections.Counter(_placeholder(m.group(0)) for m in _PLACEHOLDER.finditer(text))
     found.update(f"]({t})" for t in _TARGET.findall(text))
     return found
 
@@ -222,6 +234,7 @@ def check(language: str, *, fresh: bool = True) -> Report:
     report = Report(language=language)
     pages = catalogues(language)
     terms = [(en, zh, _term_pattern(en)) for en, zh in glossary()]
+    glossary_terms = {en for en, _zh, _pattern in terms}
     seen: dict[str, tuple[str, str]] = {}
     for name, pot_path in templates().items():
         label = f"{language}/{name}.po"
@@ -253,6 +266,10 @@ def check(language: str, *, fresh: bool = True) -> Report:
                                                f"missing: {missing or '-'}; not in the English: {extra or '-'}"))
             prose = _prose(msgid)
             for en, zh, pattern in terms:
+                # A message that is a term of the glossary by itself (its own English column)
+                # may stay English; every other use of a term takes the translation.
+                if msgid.strip() in glossary_terms:
+                    break
                 if pattern.search(prose) and zh not in m.string:
                     report.glossary_misses += 1
                     report.problems.append(Problem(label, "glossary", msgid,

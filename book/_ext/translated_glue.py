@@ -28,16 +28,21 @@ def _this_page(role) -> str:
     return "/" + str(env.doc2path(env.docname, False))
 
 
-def _refer_to_this_page(run):
+def _refer_to_this_page(run, default_format: str | None):
     def wrapped(self):
         if _in_translation(self) and "::" not in self.text:
-            self.text = f"{_this_page(self)}::{self.text}"
+            text = self.text
+            # {glue:text} splits its format at the last ":", which the page's path now
+            # brings; an unformatted key gets the format it had by default ("s").
+            if default_format and ":" not in text:
+                text += f":{default_format}"
+            self.text = f"{_this_page(self)}::{text}"
         return run(self)
 
     return wrapped
 
 
 def setup(app):
-    roles.PasteTextRole.run = _refer_to_this_page(roles.PasteTextRole.run)
-    roles.PasteRoleAny.run = _refer_to_this_page(roles.PasteRoleAny.run)
+    roles.PasteTextRole.run = _refer_to_this_page(roles.PasteTextRole.run, "s")
+    roles.PasteRoleAny.run = _refer_to_this_page(roles.PasteRoleAny.run, None)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -129,3 +129,10 @@ def test_a_chinese_notebook_is_graded_like_the_english_one(tmp_path):
                           "--notebooks", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:]
     assert " passed" in run.stdout and "failed" not in run.stdout.splitlines()[-1], run.stdout[-2000:]
+
+
+def test_a_titled_reference_keeps_its_target_and_translates_its_title():
+    english = "The terms are on the {ref}`notation page <glossary>`."
+    assert i18n.placeholders(english) == i18n.placeholders("术语见{ref}`符号页 <glossary>`。")
+    assert i18n.placeholders(english) != i18n.placeholders("术语见{ref}`符号页 <notation>`。")
+    assert i18n.placeholders(english) != i18n.placeholders("术语见{doc}`符号页 <glossary>`。")
