@@ -349,8 +349,31 @@ def translate_notebook(nb, language: str, page: str):
     return out
 
 
+# _build/html/index.html: both editions, and the one the browser's language asks for.
+# (Jupyter Book writes a bare redirect to intro.html there; this replaces it.)
+FRONT_DOOR = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8" />
+<title>Long Context, Short Memory</title>
+<script>
+  const zh = (navigator.languages || [navigator.language || ""]).some(l => /^zh/i.test(l));
+  window.location.replace(zh ? "zh_CN/intro.html" : "intro.html");
+</script>
+</head>
+<body>
+<p><a href="intro.html" hreflang="en" lang="en">Long Context, Short Memory (English)</a></p>
+<p><a href="zh_CN/intro.html" hreflang="zh-CN" lang="zh-CN">长上下文，短记忆（中文版）</a></p>
+</body>
+</html>
+"""
+
+
 def build(language: str) -> float:
-    """_build/html/<language>/ from the same execution cache as `make book`; returns seconds."""
+    """_build/html/<language>/ from the same execution cache as `make book`; returns seconds.
+
+    Also writes the front door, _build/html/index.html, which offers every edition.
+    """
     start = time.perf_counter()
     subprocess.run(
         [str(BIN / "sphinx-build"), "-b", "html", "-W", "--keep-going", "-q", "-c", str(CONF_DIR),
@@ -358,6 +381,7 @@ def build(language: str) -> float:
          str(ROOT), str(HTML / language)],
         check=True, cwd=ROOT,
     )
+    (HTML / "index.html").write_text(FRONT_DOOR, encoding="utf-8")
     return time.perf_counter() - start
 
 
