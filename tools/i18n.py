@@ -150,10 +150,18 @@ def book_template() -> list[str]:
     import yaml
 
     sys.path.insert(0, str(ROOT / "book" / "_ext"))
-    from editions import SWITCH_LABEL
+    from editions import SWITCH_LABEL, TRANSLATED_SETTINGS
 
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    words = [SWITCH_LABEL]
+    sys.path.insert(0, str(CONF_DIR))
+    import conf  # book/i18n/conf.py: the settings the build uses
+
+    from myst_nb.core.config import NbParserConfig
+
+    defaults = NbParserConfig()  # MyST-NB's settings, as the build has them unless conf sets them
+    settings = [getattr(conf, name, None) or getattr(defaults, name.removeprefix("nb_"))
+                for name in TRANSLATED_SETTINGS]
+    words = [SWITCH_LABEL] + settings
     for part in toc.get("parts", []):
         words.append(part["caption"])
         words.extend(entry["title"] for entry in part["chapters"] if entry.get("title"))

@@ -10,7 +10,8 @@ The words of ``_toc.yml`` (the sidebar's part captions, and the titles it gives 
 and solution pages) come from no page, and Sphinx inserts them after it has translated the
 pages, so the page catalogues cannot reach them. They are translated here, from
 ``locales/<lang>/LC_MESSAGES/book.po``, which ``tools/i18n.py`` writes from ``_toc.yml`` and
-checks with the page catalogues. So is this extension's own label.
+checks with the page catalogues. So are this extension's own label, the book's title, and
+the "Show code cell source" toggles of MyST-NB (settings, set here from the catalogue).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ SOURCE = "en"
 EDITIONS = {"en": ("English", "en"), "zh_CN": ("中文", "zh-CN")}  # name in its own language, hreflang
 LOCALES = Path(__file__).resolve().parents[2] / "locales"
 SWITCH_LABEL = "Other editions of this page"
+# Settings whose English words the pages show (the book's title; MyST-NB's code toggles).
+TRANSLATED_SETTINGS = ("html_title", "nb_code_prompt_show", "nb_code_prompt_hide")
 
 
 def _language(app) -> str:
@@ -92,7 +95,16 @@ def load_messages(app, env, docnames):
     env.book_messages = book_messages(_language(app))
 
 
+def translate_settings(app, config):
+    messages = book_messages(_language(app))
+    for name in TRANSLATED_SETTINGS:
+        value = getattr(config, name, None)
+        if value in messages:
+            setattr(config, name, messages[value])
+
+
 def setup(app):
+    app.connect("config-inited", translate_settings)
     app.connect("env-before-read-docs", load_messages)
     app.connect("html-page-context", add_switch)
     app.add_transform(TranslateTocTitles)
