@@ -89,13 +89,14 @@ def rope_scaling_table(summary: dict) -> str:
 
 
 def rope_scaling_figure(summary: dict):
-    """Loss by position and perplexity against length, one line per method, one legend
-    below both panels. Returns the matplotlib figure."""
+    """Loss by position and perplexity against length, one line per method, the panels
+    stacked (a phone shows a figure about 310 px wide) and one legend below both.
+    Returns the matplotlib figure."""
     import matplotlib.pyplot as plt
 
     data = summary["data"]
     trained, bin_ = data["trained_len"], data["bin"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
+    fig, axes = plt.subplots(2, 1, figsize=(5, 8.4), layout="constrained")
     for m in summary["have"]:
         nll = data["nll_by_position"][m]
         axes[0].plot([bin_ * (j + 0.5) for j in range(len(nll))], nll, label=summary["names"][m])
@@ -108,8 +109,7 @@ def rope_scaling_figure(summary: dict):
                 yscale="log")
     axes[0].text(trained * 1.02, axes[0].get_ylim()[1] * 0.95, "L", color="gray", va="top")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=11, frameon=False)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize=10, frameon=False)
     return fig
 
 

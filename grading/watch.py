@@ -26,8 +26,11 @@ class NonFiniteWatch(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor) and t.is_floating_point() and not torch.isfinite(t).all():
-                self.seen.append(getattr(func, "__name__", str(func))[:100])
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                # float8 tensors have no isfinite of their own: upcasting keeps NaN and inf.
+                values = t.float() if t.element_size() == 1 else t
+                if not torch.isfinite(values).all():
+                    self.seen.append(getattr(func, "__name__", str(func))[:100])
         return out
 
     def result(self) -> dict:

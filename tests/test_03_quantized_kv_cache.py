@@ -529,3 +529,215 @@ def test_cache_append_rejects_bad_shapes(nb, k_shape, v_shape, names):
     cache = nb.QuantizedKVCache(1, 2, 16, bits=4, group_size=8)
     assert_raises(cache.append, torch.zeros(k_shape), torch.zeros(v_shape), exc=ValueError, names=names,
                   call=f"QuantizedKVCache(1, 2, 16).append(zeros{k_shape}, zeros{v_shape})")
+
+
+# -- Exercise 3.7 ----------------------------------------------------------------------
+FP8_DEQUANT_RTOL = 2.0**-23  # a 4-bit FP8 value times a float32 scale, rounded once to float32
+
+
+def zero_head(shape, seed):
+    """Synthetic keys whose KV head 1 is all zeros (a freshly zeroed page)."""
+    k = ref.synthetic_kv(*shape, seed=seed)[0]
+    k[:, 1] = 0.0
+    return k
+
+
+FP8_CASES = [
+    # id, make x, per_head, dtype
+    ("keys-B1-Hkv2-T16-D64-per-tensor-e4m3fn", lambda: ref.synthetic_kv(1, 2, 16, 64)[0], False, "float8_e4m3fn"),
+    ("keys-B2-Hkv2-T8-D32-per-head-e4m3fn", lambda: ref.synthetic_kv(2, 2, 8, 32, seed=1)[0], True, "float8_e4m3fn"),
+    ("keys-B1-Hkv3-T9-D16-per-head-e4m3fnuz", lambda: ref.synthetic_kv(1, 3, 9, 16, seed=2)[0], True,
+     "float8_e4m3fnuz"),
+    ("values-B1-Hkv2-T8-D32-per-tensor-e4m3fnuz", lambda: ref.synthetic_kv(1, 2, 8, 32, seed=3)[1], False,
+     "float8_e4m3fnuz"),
+    ("keys-fp16-B1-Hkv2-T4-D16-per-head-e4m3fn", lambda: ref.synthetic_kv(1, 2, 4, 16, seed=4)[0].half(), True,
+     "float8_e4m3fn"),
+    ("keys-bf16-B1-Hkv1-T4-D16-per-tensor-e4m3fn", lambda: ref.synthetic_kv(1, 1, 4, 16, seed=5)[0].bfloat16(),
+     False, "float8_e4m3fn"),
+    ("zero-head-B1-Hkv3-T4-D16-per-head-e4m3fn", lambda: zero_head((1, 3, 4, 16), 6), True, "float8_e4m3fn"),
+    ("tiny-B1-Hkv1-T2-D8-per-tensor-subnormal-codes", lambda: torch.tensor(
+        [[[[3e-3, -1e-5, 2e-6, 0.0, 1.0, -0.5, 7e-4, 2.5e-3], [1e-4] * 8]]]), False, "float8_e4m3fn"),
+]
+
+
+def check_fp8_pair(out, x, per_head, dtype, call):
+    """The (codes, scale) returned: types, shapes and dtypes; returns them."""
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise GradingFailure(f"{call} returned {type(out).__name__}; expected a tuple (codes, scale)")
+    codes, scale = out
+    if not isinstance(codes, torch.Tensor) or codes.dtype != dtype or tuple(codes.shape) != tuple(x.shape):
+        raise GradingFailure(f"{call}: codes must be a {dtype} tensor of shape {tuple(x.shape)}, got "
+                             f"{getattr(codes, 'dtype', type(codes).__name__)} {tuple(getattr(codes, 'shape', ()))}")
+    scale_shape = (*x.shape[:2], 1, 1) if per_head else ()
+    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or tuple(scale.shape) != scale_shape:
+        raise GradingFailure(f"{call}: scale must be a float32 tensor of shape {scale_shape} (one per "
+                             f"{'KV head' if per_head else 'tensor'}), got {getattr(scale, 'dtype', type(scale).__name__)}"
+                             f" {tuple(getattr(scale, 'shape', ()))}")
+    return codes, scale
+
+
+@pytest.mark.ex3_7
+@pytest.mark.core
+@pytest.mark.points(3)
+@pytest.mark.parametrize("name,make,per_head,dtype_name", FP8_CASES, ids=[c[0] for c in FP8_CASES])
+def test_quantize_fp8(nb, name, make, per_head, dtype_name):
+    x, dtype = make(), getattr(torch, dtype_name)
+    call = call_text("quantize_fp8", x, per_head=per_head, dtype=dtype)
+    codes, scale = check_fp8_pair(nb.quantize_fp8(x, per_head=per_head, dtype=dtype), x, per_head, dtype, call)
+    assert_close(scale, ref.fp8_scales(x, per_head, dtype_name), call, atol=0.0, rtol=ref.FP8_SCALE_RTOL,
+                 what="scale")
+    check_codes(codes.float(), ref.fp8_code_sets(x, scale, dtype_name), call)
+
+
+@pytest.mark.ex3_7
+@pytest.mark.points(2)
+@pytest.mark.parametrize("name,make,per_head,dtype_name", FP8_CASES, ids=[c[0] for c in FP8_CASES])
+def test_dequantize_fp8(nb, name, make, per_head, dtype_name):
+    """codes * scale on the reference's own codes and scale."""
+    x = make()
+    codes, scale = ref.quantize_fp8(x, per_head=per_head, dtype=getattr(torch, dtype_name))
+    call = call_text("dequantize_fp8", codes, scale)
+    assert_close(nb.dequantize_fp8(codes, scale), codes.double() * scale.double(), call, atol=0.0,
+                 rtol=FP8_DEQUANT_RTOL, dtype=torch.float32)
+
+
+SATURATION_CASES = [
+    # id, the elements, the given scale, dtype: past M * scale the codes saturate at +-M
+    ("scale-1-e4m3fnuz-past-240", [300.0, -241.0, 239.0, 1e4], 1.0, "float8_e4m3fnuz"),
+    ("scale-1-e4m3fn-past-448", [500.0, -449.0, 447.0, -1e6], 1.0, "float8_e4m3fn"),
+    ("scale-0.25-e4m3fnuz", [100.0, -60.0, 59.0, 0.01], 0.25, "float8_e4m3fnuz"),
+]
+
+
+@pytest.mark.ex3_7
+@pytest.mark.points(2)
+@pytest.mark.parametrize("name,values,given,dtype_name", SATURATION_CASES, ids=[c[0] for c in SATURATION_CASES])
+def test_quantize_fp8_given_scale_saturates(nb, name, values, given, dtype_name):
+    """A given (calibrated) scale is used as is, and what lies past M * scale becomes +-M,
+    not NaN: a cast out of range gives NaN in E4M3FNUZ (and in E4M3FN on some versions)."""
+    x, dtype = torch.tensor(values).reshape(1, 1, 1, -1), getattr(torch, dtype_name)
+    call = call_text("quantize_fp8", x, scale=given, dtype=dtype)
+    codes, scale = check_fp8_pair(nb.quantize_fp8(x, scale=given, dtype=dtype), x, False, dtype, call)
+    assert_close(scale, torch.tensor(given, dtype=torch.float64), call, atol=0.0, what="scale")
+    check_codes(codes.float(), ref.fp8_code_sets(x, scale, dtype_name), call)
+
+
+@pytest.mark.ex3_7
+@pytest.mark.parametrize("per_head", [False, True], ids=["per-tensor", "per-head"])
+def test_fp8_zeros_make_no_nan(nb, per_head):
+    """A tensor (or head) of zeros: scale 1, codes 0, and no 0 / 0 on the way."""
+    x = torch.zeros(1, 2, 3, 8)
+    if per_head:
+        x[:, 1] = torch.linspace(-2.0, 3.0, 24).reshape(3, 8)
+    with watching(nb, "non_finite") as watch:  # in the contestant, where the code runs (grading.watch)
+        codes, scale = nb.quantize_fp8(x, per_head=per_head)
+        x_hat = nb.dequantize_fp8(codes, scale)
+    if watch.seen:
+        raise GradingFailure(f"quantize_fp8 on zeros (per_head={per_head}) produced NaN or inf in: "
+                             + ", ".join(dict.fromkeys(watch.seen)))
+    call = call_text("quantize_fp8", x, per_head=per_head)
+    assert_equal(scale.flatten()[0].item(), 1.0, f"{call}: the scale of the zero {'head' if per_head else 'tensor'}")
+    assert_equal(x_hat[:, 0].abs().max().item(), 0.0, f"max |dequantize_fp8(*{call})| over the zeros")
+
+
+@pytest.mark.ex3_7
+@pytest.mark.parametrize(
+    "fn,args,kwargs,exc,names",
+    [
+        ("quantize_fp8", (torch.zeros(1, 2, 3, 4, dtype=torch.int32),), {}, TypeError, "x"),
+        ("quantize_fp8", (torch.zeros(2, 3, 4),), {}, ValueError, "x"),
+        ("quantize_fp8", (torch.tensor([[[[1.0, float("inf")]]]]),), {}, ValueError, "x"),
+        ("quantize_fp8", (torch.zeros(1, 1, 2, 4),), {"dtype": torch.float16}, TypeError, "dtype"),
+        ("quantize_fp8", (torch.zeros(1, 1, 2, 4),), {"scale": 0.0}, ValueError, "scale"),
+        ("quantize_fp8", (torch.zeros(1, 1, 2, 4),), {"scale": "1"}, TypeError, "scale"),
+        ("quantize_fp8", (torch.zeros(1, 1, 2, 4),), {"scale": 1.0, "per_head": True}, ValueError, "scale"),
+        ("dequantize_fp8", (torch.zeros(1, 1, 2, 4), torch.tensor(1.0)), {}, TypeError, "codes"),
+        ("dequantize_fp8", (torch.zeros(1, 2, 2, 4, dtype=torch.float8_e4m3fn), torch.ones(1, 2, 2, 1)), {},
+         ValueError, "scale"),
+    ],
+    ids=["int-x", "three-dim-x", "inf-x", "fp16-dtype", "zero-scale", "string-scale", "scale-with-per-head",
+         "float32-codes", "scale-per-token"],
+)
+def test_fp8_rejects_bad_input(nb, fn, args, kwargs, exc, names):
+    assert_raises(getattr(nb, fn), *args, exc=exc, names=names, **kwargs)
+
+
+# -- Exercise 3.8 ----------------------------------------------------------------------
+HADAMARD_ATOL = 2.0**-22  # +-1/sqrt(n) in float32, built by any order of fp32 scalings (a few ulps)
+# fp32 x @ H, and x_hat @ H.T, against fp64, in units of the quantized ratio (x H) / s, whose
+# largest magnitude is M: measured at most 7e-4 (1.6e-6 M) on these cases; a code one off
+# is allowed only where the exact ratio lies within this of a rounding boundary.
+ROTATED_NOISE = 2e-5  # times M
+
+
+@pytest.mark.ex3_8
+@pytest.mark.parametrize("n", [1, 2, 8, 64, 128])
+def test_rotation_hadamard_matrix(nb, n):
+    got = nb.hadamard(n)
+    assert_close(got, ref.hadamard(n), call_text("hadamard", n), atol=HADAMARD_ATOL, dtype=torch.float32)
+
+
+ROTATED_CASES = [
+    # id, (B, H_kv, T, d), seed, per_head, dtype
+    ("keys-B1-Hkv2-T16-D64-per-tensor-e4m3fn", (1, 2, 16, 64), 0, False, "float8_e4m3fn"),
+    ("keys-B2-Hkv2-T8-D128-per-head-e4m3fn", (2, 2, 8, 128), 1, True, "float8_e4m3fn"),
+    ("keys-B1-Hkv3-T11-D32-per-head-e4m3fnuz", (1, 3, 11, 32), 2, True, "float8_e4m3fnuz"),
+    ("keys-B1-Hkv1-T8-D16-per-tensor-e4m3fnuz", (1, 1, 8, 16), 3, False, "float8_e4m3fnuz"),
+]
+
+
+@pytest.mark.ex3_8
+@pytest.mark.core
+@pytest.mark.points(3)
+@pytest.mark.parametrize("name,shape,seed,per_head,dtype_name", ROTATED_CASES, ids=[c[0] for c in ROTATED_CASES])
+def test_rotation_roundtrip(nb, name, shape, seed, per_head, dtype_name):
+    """Rotated back by H^T, the result is the reference's FP8 codes of x H, times the
+    scale, times H^T: checked code by code, in the rotated basis."""
+    k = ref.synthetic_kv(*shape, seed=seed)[0]
+    dtype = getattr(torch, dtype_name)
+    call = call_text("fp8_roundtrip_rotated", k, per_head=per_head, dtype=dtype)
+    got = nb.fp8_roundtrip_rotated(k, per_head=per_head, dtype=dtype)
+    if not isinstance(got, torch.Tensor) or got.dtype != torch.float32 or tuple(got.shape) != tuple(k.shape):
+        raise GradingFailure(f"{call} must return a float32 tensor of shape {tuple(k.shape)}, got "
+                             f"{getattr(got, 'dtype', type(got).__name__)} {tuple(getattr(got, 'shape', ()))}")
+    rot = ref.hadamard(shape[-1])
+    k_rot = k.double() @ rot  # (B, H_kv, T, d)
+    scale = ref.fp8_scales(k_rot, per_head, dtype_name)
+    noise = ROTATED_NOISE * ref.FP8_FORMATS[dtype_name][1]
+    ratio_got = (got.double() @ rot) / scale  # the codes the result holds, in the rotated basis
+    ratio = (k_rot / scale).reshape(-1, shape[-1]).tolist()
+    for r, (got_row, row) in enumerate(zip(ratio_got.reshape(-1, shape[-1]).tolist(), ratio)):
+        for i, (c, exact) in enumerate(zip(got_row, row)):
+            allowed = {ref.fp8_round(exact + t, dtype_name) for t in (-noise, 0.0, noise)}
+            if min(abs(c - a) for a in allowed) > noise:
+                index = tuple(int(j) for j in torch.unravel_index(torch.tensor(r * shape[-1] + i), k.shape))
+                raise GradingFailure(
+                    f"{call} is wrong: rotated by hadamard({shape[-1]}), its element {index} should be the FP8 code "
+                    f"{allowed_text(allowed)} of (x H) / s = {exact:.6g} (s = max |x H| / M), times s; "
+                    f"it is {c:.6g} times s")
+
+
+@pytest.mark.ex3_8
+def test_rotation_keeps_scores(nb):
+    """What the rotation is for: rotated queries meet the rotated, quantized keys in the
+    same scores as the queries meet fp8_roundtrip_rotated's keys, and both stay close to
+    the exact scores."""
+    k = ref.synthetic_kv(1, 2, 32, 64, seed=9)[0]
+    q = torch.randn(1, 2, 4, 64, generator=torch.Generator().manual_seed(10), dtype=torch.float64)
+    k_hat = nb.fp8_roundtrip_rotated(k, per_head=True).double()
+    exact = q @ k.double().transpose(-1, -2)  # (1, 2, 4, 32)
+    err = ((q @ k_hat.transpose(-1, -2) - exact).norm() / exact.norm()).item()
+    if not err < 0.05:
+        raise GradingFailure(f"scores q . k over fp8_roundtrip_rotated(k, per_head=True) have relative error "
+                             f"{err:.4f} against the exact scores; FP8 keeps them within 0.05")
+
+
+@pytest.mark.ex3_8
+@pytest.mark.parametrize(
+    "fn,args,exc,names",
+    [("hadamard", (6,), ValueError, "n"), ("hadamard", (4.0,), TypeError, "n"), ("hadamard", (0,), ValueError, "n"),
+     ("fp8_roundtrip_rotated", (torch.zeros(1, 1, 2, 48),), ValueError, "x")],
+    ids=["n-6", "float-n", "n-0", "head-dim-48"],
+)
+def test_rotation_rejects_bad_input(nb, fn, args, exc, names):
+    assert_raises(getattr(nb, fn), *args, exc=exc, names=names)

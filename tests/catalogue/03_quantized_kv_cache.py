@@ -12,6 +12,8 @@ SECTIONS = {
     '3.4': 'Asymmetric quantization in groups',
     '3.5': 'Honest memory accounting',
     '3.6': 'A KIVI-style cache',
+    '3.7': 'FP8: what serving engines ship',
+    '3.8': 'FP8: what serving engines ship',
 }
 
 BUGS = [
@@ -97,12 +99,36 @@ BUGS = [
             q = torch.floor((vg - zero.float().unsqueeze(-1)) / safe).clamp(0, levels).to(torch.uint8)
             self.value_groups.append(self._store(q.reshape(B, H, G, d), scale, zero))""",
         tests="cache_keys_values"),
+    # 3.7 FP8 E4M3
+    Bug("fp8_scale_from_fnuz_max", "3.7",
+        "divides max |x| by 240, the largest E4M3FNUZ number, also when it casts to E4M3FN (whose largest is 448)",
+        old="fp8_max = torch.finfo(dtype).max", new="fp8_max = 240.0"),
+    Bug("fp8_cast_without_saturation", "3.7",
+        "casts x / s to FP8 without clamping it to [-M, M], so what lies past a given scale becomes NaN",
+        old="codes = (x / s).clamp(-fp8_max, fp8_max).to(dtype)", new="codes = (x / s).to(dtype)"),
+    Bug("fp8_scale_per_token", "3.7", "takes one scale per token (max over head_dim) instead of one per KV head",
+        old="amax = x.abs().amax(dim=(-2, -1), keepdim=True)  # (B, H_kv, 1, 1)",
+        new="amax = x.abs().amax(dim=-1, keepdim=True)  # (B, H_kv, T, 1)"),
+    Bug("fp8_zero_head_divides_by_zero", "3.7", "divides a head of zeros by its zero scale (0 / 0 is NaN)",
+        old="s = torch.where(amax > 0, amax / fp8_max, torch.ones_like(amax))", new="s = amax / fp8_max"),
+    Bug("fp8_dequantize_divides", "3.7", "dequantizes codes / scale instead of codes * scale",
+        old="return codes.float() * scale.float()  # (B, H_kv, T, d)",
+        new="return codes.float() / scale.float()  # (B, H_kv, T, d)"),
+    # 3.8 the Hadamard rotation
+    Bug("rotation_not_undone", "3.8", "returns the dequantized keys still rotated, without multiplying by H^T",
+        old="return dequantize_fp8(codes, scale) @ rot.T  # (B, H_kv, T, d)",
+        new="return dequantize_fp8(codes, scale)  # (B, H_kv, T, d)"),
+    Bug("hadamard_not_normalized", "3.8", "builds the +-1 Hadamard matrix without dividing by sqrt(n)",
+        old="return (h / math.sqrt(n)).float()  # (n, n)", new="return h.float()  # (n, n)"),
+    Bug("rotated_per_head_ignored", "3.8", "quantizes the rotated keys with one scale per tensor whatever per_head says",
+        old="quantize_fp8(x.float() @ rot, per_head=per_head, dtype=dtype)",
+        new="quantize_fp8(x.float() @ rot, dtype=dtype)"),
 ]
 
 # Each bug runs only against its own exercise's graders (the test names share these
 # words), which keeps `pytest --prove` fast.
 TESTS_OF_EXERCISE = {"3.1": "int8", "3.2": "asym", "3.3": "per_channel", "3.4": "int4", "3.5": "quantized_bytes",
-                     "3.6": "cache"}
+                     "3.6": "cache", "3.7": "fp8", "3.8": "rotation"}
 BUGS = [b if b.tests else replace(b, tests=TESTS_OF_EXERCISE[b.exercise]) for b in BUGS]
 # The same mistake in 3.2's own quantizer: its graders check the codes exactly.
 BUGS.append(Bug("asym_rounds_codes_down", "3.2", "floors (x - zero) / scale instead of rounding",

@@ -292,6 +292,74 @@ def attention(q, k, v):
     return out
 
 
+# -- Exercises 3.7 and 3.8: FP8 E4M3 and the Hadamard rotation ---------------------------
+# The two E4M3 variants, by torch's dtype name: (exponent bias, largest finite value).
+# Both have 3 mantissa bits, subnormals and no infinities; E4M3FN spends the codes of
+# S.1111.111 on NaN (largest 1.75 * 2**8), E4M3FNUZ only the code of negative zero
+# (largest 1.875 * 2**7). Rounding is written by hand: torch's float8 casts are never used
+# to round (only to store a number that is already on the grid).
+FP8_MANTISSA_BITS = 3
+FP8_FORMATS = {"float8_e4m3fn": (7, 448.0), "float8_e4m3fnuz": (8, 240.0)}
+FP8_SCALE_RTOL = 2.0**-22  # amax / M rounded once to float32 (2**-24), with room
+
+
+def fp8_round(value: float, dtype_name: str) -> float:
+    """The E4M3 number nearest to ``value`` (ties to even), saturating at +-M."""
+    bias, fmax = FP8_FORMATS[dtype_name]
+    a = min(abs(value), fmax)
+    exponent = 1 - bias  # the subnormals share the smallest normal binade's step
+    if a > 0:
+        exponent = max(math.frexp(a)[1] - 1, exponent)  # floor(log2 a), exactly
+    step = 2.0 ** (exponent - FP8_MANTISSA_BITS)
+    return math.copysign(round_half_even(a / step) * step, value)  # a / step is exact
+
+
+def fp8_scales(x: torch.Tensor, per_head: bool, dtype_name: str) -> torch.Tensor:
+    """max |x| / M in fp64, over the tensor (shape ()) or each KV head (B, H_kv, 1, 1);
+    1.0 where the maximum is 0."""
+    fmax = FP8_FORMATS[dtype_name][1]
+    xf = x.float().double()
+    blocks = xf.reshape(-1, x.shape[-2] * x.shape[-1]).tolist() if per_head else [xf.flatten().tolist()]
+    out = []
+    for block in blocks:
+        amax = 0.0
+        for value in block:
+            amax = max(amax, abs(value))
+        out.append(amax / fmax if amax > 0 else 1.0)
+    return torch.tensor(out, dtype=torch.float64).reshape((*x.shape[:2], 1, 1) if per_head else ())
+
+
+def fp8_code_sets(x: torch.Tensor, scale: torch.Tensor, dtype_name: str) -> list[list[set[float]]]:
+    """For the given (student's, already checked) float32 scale: the FP8 values each
+    element may take, rows along the last dimension. x / s in float32 is off by at most
+    2**-23 relative from the exact ratio, so the nearest E4M3 number of any ratio within
+    FP8_SCALE_RTOL of it is allowed (both sides of a rounding boundary)."""
+    s = scale.double().expand(x.shape).reshape(-1, x.shape[-1]).tolist()
+    out = []
+    for row, s_row in zip(rows(x.float()), s):
+        out.append([{fp8_round(value / si * (1 + e), dtype_name) for e in (-FP8_SCALE_RTOL, 0.0, FP8_SCALE_RTOL)}
+                    for value, si in zip(row, s_row)])
+    return out
+
+
+def hadamard(n: int) -> torch.Tensor:
+    """H_1 = (1), H_2n = [[H, H], [H, -H]] / sqrt(2), element by element in fp64."""
+    h = [[1.0]]
+    while len(h) < n:
+        h = [row + row for row in h] + [row + [-e for e in row] for row in h]
+    return torch.tensor(h, dtype=torch.float64) / math.sqrt(n)
+
+
+def fp8_roundtrip_rotated_expected(x: torch.Tensor, per_head: bool, dtype_name: str) -> torch.Tensor:
+    """(x H) quantized to E4M3 with the fp64 scale, dequantized, times H^T, all in fp64."""
+    rot = hadamard(x.shape[-1])
+    xr = x.float().double() @ rot  # (B, H_kv, T, d)
+    s = fp8_scales(xr, per_head, dtype_name).expand(xr.shape)
+    codes = torch.tensor([fp8_round(value, dtype_name) for value in (xr / s).flatten().tolist()],
+                         dtype=torch.float64).reshape(xr.shape)
+    return (codes * s) @ rot.T
+
+
 # -- References for the exercises' own API (grading.substitute) --------------------
 # While a test of one exercise runs, the functions of the other exercises in the
 # student's notebook are these: 3.3 builds on 3.2's quantizer, and the cache of 3.6
@@ -404,7 +472,44 @@ def dequantize_keys_per_channel(q, scale, zero, group_size):
     return x.reshape(q.shape).float()
 
 
-# Every function one exercise may call of another (3.6 is called by none).
+def quantize_fp8(x, per_head=False, scale=None, dtype=torch.float8_e4m3fn):
+    """Exercise 3.7: s = max |x| / M (1 where that is 0), per tensor () or per KV head
+    (B, H_kv, 1, 1), or the given scale; codes = E4M3 nearest to x / s, saturated at +-M."""
+    _require_float("x", x, min_dim=4)
+    if x.dim() != 4:
+        raise ValueError(f"x must be (B, H_kv, T, d), got shape {tuple(x.shape)}")
+    if dtype not in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
+        raise TypeError(f"dtype must be torch.float8_e4m3fn or torch.float8_e4m3fnuz, got {dtype}")
+    name = str(dtype).removeprefix("torch.")
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale must be positive and finite, got {scale}")
+        if per_head:
+            raise ValueError("scale is one number for the whole tensor; per_head must be False")
+        s = torch.tensor(float(scale), dtype=torch.float64)
+    else:
+        s = fp8_scales(x, per_head, name)
+    ratio = (x.float().double() / s.expand(x.shape)).flatten().tolist()
+    codes = torch.tensor([fp8_round(r, name) for r in ratio], dtype=torch.float64).reshape(x.shape)
+    return codes.to(dtype), s.float()  # the codes are on the grid: the cast only stores them
+
+
+def dequantize_fp8(codes, scale):
+    """Exercise 3.7: codes * scale in float32; scale () or (B, H_kv, 1, 1)."""
+    if not isinstance(codes, torch.Tensor) or codes.dtype not in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
+        raise TypeError(f"codes must be a float8_e4m3fn or float8_e4m3fnuz tensor, got "
+                        f"{getattr(codes, 'dtype', type(codes).__name__)}")
+    if codes.dim() != 4:
+        raise ValueError(f"codes must be (B, H_kv, T, d), got shape {tuple(codes.shape)}")
+    _require_float("scale", scale, min_dim=0)
+    if tuple(scale.shape) not in ((), (*codes.shape[:2], 1, 1)):
+        raise ValueError(f"scale must have shape () or {(*codes.shape[:2], 1, 1)}, got {tuple(scale.shape)}")
+    return (codes.double() * scale.double()).float()
+
+
+# Every function one exercise may call of another (3.6 and 3.8 are called by none).
 SUBSTITUTES = {
     "quantize_int8": quantize_int8,
     "dequantize_int8": dequantize_int8,
@@ -415,4 +520,6 @@ SUBSTITUTES = {
     "pack_int4": pack_int4,
     "unpack_int4": unpack_int4,
     "quantized_bytes_per_token": quantized_bytes_per_token,
+    "quantize_fp8": quantize_fp8,
+    "dequantize_fp8": dequantize_fp8,
 }
