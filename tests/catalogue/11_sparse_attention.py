@@ -13,6 +13,7 @@ SECTIONS = {
     '11.6': 'Reading the selected pages',
     '11.7': 'Trained selection: MoBA, NSA and DSA',
     '11.8': 'Trained selection: MoBA, NSA and DSA',
+    '11.9': 'Trained selection: MoBA, NSA and DSA',
 }
 
 BUGS = [
@@ -110,4 +111,23 @@ BUGS = [
     Bug("nsa_selected_full_blocks", "11.8", "counts every selected block as select_block tokens, the partial last one too",
         old="tokens.update(range(c * select_block, min((c + 1) * select_block, seq_len)))",
         new="tokens.update(range(c * select_block, (c + 1) * select_block))"),
+    # 11.9: DSA's lightning indexer
+    Bug("indexer_relu_after_head_sum", "11.9", "applies the ReLU once to the weighted sum over the heads, instead of to each head's dot product before its weight",
+        old="score = (weights.to(torch.float64)[..., None] * dots.clamp_min(0)).sum(dim=1)  # (B, T, N): ReLU, then weight",
+        new="score = (weights.to(torch.float64)[..., None] * dots).sum(dim=1).clamp_min(0)  # (B, T, N)"),
+    Bug("indexer_weight_inside_relu", "11.9", "multiplies each head's dot product by its weight before the ReLU, so a negative weight turns a key's penalty into a vote",
+        old="score = (weights.to(torch.float64)[..., None] * dots.clamp_min(0)).sum(dim=1)  # (B, T, N): ReLU, then weight",
+        new="score = (weights.to(torch.float64)[..., None] * dots).clamp_min(0).sum(dim=1)  # (B, T, N)"),
+    Bug("indexer_no_causal_mask", "11.9", "lets a query select keys at positions after its own (no causal mask on the index scores)",
+        old="score = score.masked_fill(~visible, -math.inf)", new="pass"),
+    Bug("indexer_causal_from_the_start", "11.9", "places query t at position t instead of N - T + t, so a decode step or a chunk at the end of the cache sees only the first keys",
+        old="pos = torch.arange(N - T, N)  # (T,): each query's position", new="pos = torch.arange(T)  # (T,)"),
+    Bug("indexer_ties_to_higher_position", "11.9", "breaks ties between equal index scores in favour of the later position",
+        old="order = torch.sort(score, dim=-1, descending=True, stable=True).indices[..., :K]  # (B, T, K): ties to the lower",
+        new="order = (N - 1) - torch.sort(score.flip(-1), dim=-1, descending=True, stable=True).indices[..., :K]  # (B, T, K)"),
+    Bug("indexer_score_order", "11.9", "returns the selected positions in order of decreasing score (as topk does), not sorted ascending",
+        old="    order = order.sort(dim=-1).values\n", new=""),
+    Bug("indexer_pads_with_future_keys", "11.9", "fills the places a short row cannot fill with the highest-scored masked positions instead of -1",
+        old="    return order.masked_fill(order == N, -1)",
+        new="    return torch.sort(score, dim=-1, descending=True, stable=True).indices[..., :K].sort(dim=-1).values"),
 ]
