@@ -333,6 +333,7 @@ def test_page_bounds_rejects_bad_input(nb, case, exc, names):
 @pytest.mark.parametrize("case,exc,names", [
     ("q-int", TypeError, "q"), ("q-4d", ValueError, "q"), ("min-int", TypeError, "page_min"),
     ("max-shape", ValueError, "page_max"), ("heads", ValueError, "page_min"), ("head-dim", ValueError, "page_min"),
+    ("max-below-min", ValueError, "page_max"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_quest_upper_bound_rejects_bad_input(nb, case, exc, names):
     q, lo, hi = torch.zeros(1, 4, 8), torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8)
@@ -340,6 +341,7 @@ def test_quest_upper_bound_rejects_bad_input(nb, case, exc, names):
         "q-int": (q.long(), lo, hi), "q-4d": (q[None], lo, hi), "min-int": (q, lo.long(), hi),
         "max-shape": (q, lo, torch.zeros(1, 2, 4, 8)), "heads": (q, torch.zeros(1, 3, 3, 8), torch.zeros(1, 3, 3, 8)),
         "head-dim": (q, torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)),
+        "max-below-min": (q, lo, hi.index_fill(2, torch.tensor([1]), -1.0)),  # page 1's max under its min
     }[case]
     assert_raises(nb.quest_upper_bound, q, lo, hi, exc=exc, names=names, call=f"quest_upper_bound({case})")
 

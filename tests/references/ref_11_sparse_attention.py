@@ -248,6 +248,8 @@ def checked_quest_upper_bound(q, page_min, page_max):
     B, H, d = q.shape
     if page_min.shape[0] != B or page_min.shape[3] != d or page_min.shape[1] == 0 or H % page_min.shape[1]:
         raise ValueError("page_min must match q's batch and head_dim, with H a multiple of H_kv")
+    if bool((page_max < page_min).any()):
+        raise ValueError("page_max must be >= page_min in every channel")
     return quest_upper_bound(q, page_min, page_max)
 
 
