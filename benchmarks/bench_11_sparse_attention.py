@@ -32,10 +32,15 @@ Policies (all from Chapter 11's solutions except the two of earlier chapters):
 
 The answer's own tokens are always visible (causally) to every policy.
 
-A context of 4,096 tokens cost 20 s to 5 minutes per prefill on the shared 2-core CPU
-(by its load), so the committed sweep reads 1,024 tokens, and it needs ``len(DEPTHS) * TRIALS`` of them, so ``make bench`` (``run``) reads the
-committed file ``benchmarks/results/11_sparse_attention_memory.json`` for its memory
-records unless ``BENCH_11_MEASURE=1``; refresh it with
+A context of 4,096 tokens cost 20 s to 10 minutes per prefill on the shared 2-core CPU
+(by its load), and there the full cache itself fails the bar: a sweep of 5 depths and
+3 budgets, stopped after 6 keys, read 0.74 of the answer with the full cache
+(``benchmarks/results/11_sparse_attention_memory_n4096.json``, committed with its
+machine; ``run`` reports its records, marked as saying nothing). The ranking is measured
+at 1,024 tokens, where the full cache passes, and it needs ``len(DEPTHS) * TRIALS``
+prefills, so ``make bench`` (``run``) reads the committed file
+``benchmarks/results/11_sparse_attention_memory.json`` for its memory records unless
+``BENCH_11_MEASURE=1``; refresh it with
 
     nice .venv/bin/python -m benchmarks.bench_11_sparse_attention --write
 """
@@ -63,7 +68,7 @@ BUILD_RESULTS = BUILD / "bench" / "11_sparse_attention_memory.json"
 # The sweep at 4,096 tokens, stopped after 6 keys: the full cache itself fell below
 # the harness's bar there, so its records are reported and marked as saying nothing.
 RESULTS_4K = BENCH_RESULTS / "11_sparse_attention_memory_n4096.json"
-N = 1024  # context tokens, the second occurrence included (4,096 did not fit the shared 2-core machine)
+N = 1024  # context tokens, the second occurrence included (at 4,096 the full cache fails the bar)
 KEY_DIGITS = 6  # the pass key: six random digits (one token each)
 NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
 QUESTION = " What is the pass key? The pass key is"
@@ -323,10 +328,10 @@ def _results(n, depths, trials, budgets, acc, start, complete) -> dict:
     }
 
 
-def _mean(values) -> float:
-    """The mean of a method's per-depth accuracies, over the depths a partial sweep reached."""
-    done = [v for v in values if v is not None]
-    return sum(done) / len(done)
+def _mean(per_depth) -> float:
+    """The mean over every key measured (a partial sweep may hold more keys at some depths)."""
+    keys = [x for at_depth in per_depth for x in at_depth]
+    return sum(keys) / len(keys)
 
 
 def memory_records(results) -> list[Record]:
@@ -335,7 +340,7 @@ def memory_records(results) -> list[Record]:
     note = f"{keys} keys over {len(results['depths'])} depths; {results['machine']}; {results['date']}"
     if not results.get("complete", True):
         note = f"partial sweep ({results['seconds']} s): " + note
-    avg = {m: _mean(v["0.25"]) for m, v in acc.items()}
+    avg = {m: _mean(v["0.25"]) for m, v in results["trials_accuracy"].items()}
     valid = avg["full"] >= 0.9
     recs = [Record(f"evict.copy_acc_full_n{n}", avg["full"], "acc", ">= 0.9", note=note)]
     if not valid:
