@@ -36,8 +36,9 @@ A context of 4,096 tokens cost 20 s to 10 minutes per prefill on the shared 2-co
 (by its load), and there the full cache itself fails the bar: a sweep of 5 depths and
 3 budgets, stopped after 6 keys, read 0.74 of the answer with the full cache
 (``benchmarks/results/11_sparse_attention_memory_n4096.json``, committed with its
-machine; ``run`` reports its records, marked as saying nothing). The ranking is measured
-at 1,024 tokens, where the full cache passes, and it needs ``len(DEPTHS) * TRIALS``
+machine; ``run`` reports its records, marked as saying nothing), and a sweep at 2,048
+tokens, stopped after 6 keys, read 0.88 (``..._memory_n2048.json``, likewise). The
+ranking is measured at 1,024 tokens, where the full cache passes, and it needs ``len(DEPTHS) * TRIALS``
 prefills, so ``make bench`` (``run``) reads the committed file
 ``benchmarks/results/11_sparse_attention_memory.json`` for its memory records unless
 ``BENCH_11_MEASURE=1``; refresh it with
@@ -65,9 +66,9 @@ from grading.layout import BENCH_RESULTS, BUILD, ROOT
 
 RESULTS = BENCH_RESULTS / "11_sparse_attention_memory.json"
 BUILD_RESULTS = BUILD / "bench" / "11_sparse_attention_memory.json"
-# The sweep at 4,096 tokens, stopped after 6 keys: the full cache itself fell below
-# the harness's bar there, so its records are reported and marked as saying nothing.
-RESULTS_4K = BENCH_RESULTS / "11_sparse_attention_memory_n4096.json"
+# Longer sweeps, stopped early on the shared machine, sit beside it as
+# 11_sparse_attention_memory_n<N>.json: where the full cache itself falls below the
+# harness's bar, their records are reported and marked as saying nothing.
 N = 1024  # context tokens, the second occurrence included (at 4,096 the full cache fails the bar)
 KEY_DIGITS = 6  # the pass key: six random digits (one token each)
 NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
@@ -417,8 +418,10 @@ def run() -> list[Record]:
     else:
         return recs  # no committed sweep yet: the memory records need BENCH_11_MEASURE=1
     recs += memory_records(results)
-    if RESULTS_4K.exists() and results["n"] != 4096:  # the length the issue asks for, where the full cache fails
-        recs += memory_records(json.loads(RESULTS_4K.read_text()))
+    for longer in sorted(BENCH_RESULTS.glob("11_sparse_attention_memory_n*.json")):  # 2K and 4K, stopped early
+        other = json.loads(longer.read_text())
+        if other["n"] != results["n"]:
+            recs += memory_records(other)
     return recs
 
 
