@@ -32,10 +32,20 @@ Policies (all from Chapter 11's solutions except the two of earlier chapters):
 
 The answer's own tokens are always visible (causally) to every policy.
 
-A context of 4,096 tokens cost 20 s to 5 minutes per prefill on the shared 2-core CPU
-(by its load), so the committed sweep reads 1,024 tokens, and it needs ``len(DEPTHS) * TRIALS`` of them, so ``make bench`` (``run``) reads the
-committed file ``benchmarks/results/11_sparse_attention_memory.json`` for its memory
-records unless ``BENCH_11_MEASURE=1``; refresh it with
+A context of 4,096 tokens cost 20 s to 10 minutes per prefill on the shared 2-core CPU
+(by its load), and there the full cache itself fails the bar: a sweep of 5 depths and
+3 budgets, stopped after 6 keys, read 0.74 of the answer with the full cache
+(``benchmarks/results/11_sparse_attention_memory_n4096.json``, committed with its
+machine; ``run`` reports its records, marked as saying nothing), and a sweep at 2,048
+tokens, stopped after 6 keys, read 0.88 (``..._memory_n2048.json``, likewise). Read by
+hand (one plain forward per key, teacher-forced), the full cache's misses at 2,048 are
+the space before the digits ('\\n', ' a', ' the' instead of ' ') on 3 of 5 keys, with all
+30 digits right; at 4,096 it also misses 3 of the first 24 digits. Scoring the digits
+alone would likely make 2,048 a valid length; it needs every sweep measured again. The
+ranking is measured at 1,024 tokens, where the full cache passes, and it needs ``len(DEPTHS) * TRIALS``
+prefills, so ``make bench`` (``run``) reads the committed file
+``benchmarks/results/11_sparse_attention_memory.json`` for its memory records unless
+``BENCH_11_MEASURE=1``; refresh it with
 
     nice .venv/bin/python -m benchmarks.bench_11_sparse_attention --write
 """
@@ -60,7 +70,10 @@ from grading.layout import BENCH_RESULTS, BUILD, ROOT
 
 RESULTS = BENCH_RESULTS / "11_sparse_attention_memory.json"
 BUILD_RESULTS = BUILD / "bench" / "11_sparse_attention_memory.json"
-N = 1024  # context tokens, the second occurrence included (4,096 did not fit the shared 2-core machine)
+# Longer sweeps, stopped early on the shared machine, sit beside it as
+# 11_sparse_attention_memory_n<N>.json: where the full cache itself falls below the
+# harness's bar, their records are reported and marked as saying nothing.
+N = 1024  # context tokens, the second occurrence included (at 4,096 the full cache fails the bar)
 KEY_DIGITS = 6  # the pass key: six random digits (one token each)
 NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
 QUESTION = " What is the pass key? The pass key is"
@@ -260,7 +273,13 @@ def make_prompt(tok, text_ids, key, depth, n):
     return context[None], answer[None]
 
 
-def measure(n=N, depths=DEPTHS, trials=TRIALS, budgets=BUDGETS, methods=METHODS, log=print) -> dict:
+def measure(n=N, depths=DEPTHS, trials=TRIALS, budgets=BUDGETS, methods=METHODS, log=print, checkpoint=None) -> dict:
+    """The sweep: ``trials`` random keys at each depth, every method at every budget.
+
+    Trials run in the outer loop, so that a sweep stopped early holds every depth with
+    fewer keys rather than a few depths with all of them. ``checkpoint(results)``, when
+    given, receives the results so far after every prompt (``"complete": False`` until
+    the last)."""
     import modellab
 
     sol = load_solutions("11_sparse_attention")
@@ -270,11 +289,13 @@ def measure(n=N, depths=DEPTHS, trials=TRIALS, budgets=BUDGETS, methods=METHODS,
     acc = {m: {str(b): [[] for _ in depths] for b in budgets} for m in methods}
     g = torch.Generator().manual_seed(11)
     start = time.perf_counter()
-    for di, depth in enumerate(depths):
-        for trial in range(trials):
+    for trial in range(trials):
+        for di, depth in enumerate(depths):
             key = "".join(str(int(x)) for x in torch.randint(0, 10, (KEY_DIGITS,), generator=g))
             context, second = make_prompt(tok, text, key, depth, n)
+            t0 = time.perf_counter()
             layers = prefill(model, sol, context)
+            t_prefill = time.perf_counter() - t0
             for m in methods:
                 for b in budgets if m != "full" else budgets[:1]:
                     budget = int(b * context.shape[1])
@@ -282,16 +303,28 @@ def measure(n=N, depths=DEPTHS, trials=TRIALS, budgets=BUDGETS, methods=METHODS,
                     hits = (logits[0, :-1].argmax(-1) == second[0, 1:]).double().mean().item()
                     for bb in budgets if m == "full" else [b]:
                         acc[m][str(bb)][di].append(hits)
-            log(f"depth {depth} trial {trial}: full {acc['full'][str(budgets[0])][di][-1]:.3f}, "
-                + ", ".join(f"{m} {acc[m]['0.25'][di][-1]:.3f}" for m in methods[1:] if '0.25' in acc[m])
-                + f" ({time.perf_counter() - start:.0f} s)")
-    mean = {m: {b: [sum(v) / len(v) for v in per_depth] for b, per_depth in by_b.items()} for m, by_b in acc.items()}
+            shown = "0.25" if "0.25" in acc["full"] else str(budgets[0])
+            log(f"trial {trial} depth {depth}: full {acc['full'][shown][di][-1]:.3f}, "
+                + ", ".join(f"{m} {acc[m][shown][di][-1]:.3f}" for m in methods[1:])
+                + f" at {shown}; prefill {t_prefill:.0f} s ({time.perf_counter() - start:.0f} s in all)")
+            if checkpoint is not None:
+                checkpoint(_results(n, depths, trials, budgets, acc, start, complete=False))
+    return _results(n, depths, trials, budgets, acc, start, complete=True)
+
+
+def _results(n, depths, trials, budgets, acc, start, complete) -> dict:
+    mean = {m: {b: [sum(v) / len(v) if v else None for v in per_depth] for b, per_depth in by_b.items()}
+            for m, by_b in acc.items()}
+    done = min(len(v) for by_b in acc.values() for per_depth in by_b.values() for v in per_depth)
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": _machine(),
+        "seconds": round(time.perf_counter() - start),
+        "complete": complete,
         "model": "SmolLM2-135M (our decode loop over its GGUF weights, fp32)",
         "text": f"Chapter 8's long text, first {n} tokens, a pass key of {KEY_DIGITS} random digits at each depth",
-        "n": n, "task": "passkey", "key_digits": KEY_DIGITS, "needle": NEEDLE, "question": QUESTION, "depths": list(depths), "trials": trials, "budgets": list(budgets),
+        "n": n, "task": "passkey", "key_digits": KEY_DIGITS, "needle": NEEDLE, "question": QUESTION, "depths": list(depths),
+        "trials": done if not complete else trials, "trials_planned": trials, "budgets": list(budgets),
         "kivi_bytes_fraction": kivi_bytes_fraction(64, n),
         "settings": {"num_sink": NUM_SINK, "obs_window": OBS_WINDOW, "pool": POOL, "page": PAGE, "block": BLOCK,
                      "kivi_bits": KIVI_BITS, "kivi_group": KIVI_GROUP},
@@ -300,11 +333,23 @@ def measure(n=N, depths=DEPTHS, trials=TRIALS, budgets=BUDGETS, methods=METHODS,
     }
 
 
+def _mean(per_depth) -> float:
+    """The mean over every key measured (a partial sweep may hold more keys at some depths)."""
+    keys = [x for at_depth in per_depth for x in at_depth]
+    return sum(keys) / len(keys)
+
+
 def memory_records(results) -> list[Record]:
     n, acc = results["n"], results["accuracy"]
-    note = f"{results['machine']}; {results['date']}"
-    avg = {m: sum(v["0.25"]) / len(v["0.25"]) for m, v in acc.items()}
+    keys = sum(len(v) for v in results["trials_accuracy"]["full"]["0.25"])
+    note = f"{keys} keys over {len(results['depths'])} depths; {results['machine']}; {results['date']}"
+    if not results.get("complete", True):
+        note = f"partial sweep ({results['seconds']} s): " + note
+    avg = {m: _mean(v["0.25"]) for m, v in results["trials_accuracy"].items()}
+    valid = avg["full"] >= 0.9
     recs = [Record(f"evict.copy_acc_full_n{n}", avg["full"], "acc", ">= 0.9", note=note)]
+    if not valid:
+        note = "the full cache fails the harness's bar at this length, so this says nothing; " + note
     for m in METHODS[1:]:
         extra = f"; {results['kivi_bytes_fraction']:.0%} of the fp16 bytes" if m == "kivi4" else ""
         recs.append(Record(f"evict.copy_acc_{m}_b25_n{n}", avg[m], "acc", "report", note=note + extra))
@@ -376,7 +421,12 @@ def run() -> list[Record]:
         results = json.loads(RESULTS.read_text())
     else:
         return recs  # no committed sweep yet: the memory records need BENCH_11_MEASURE=1
-    return recs + memory_records(results)
+    recs += memory_records(results)
+    for longer in sorted(BENCH_RESULTS.glob("11_sparse_attention_memory_n*.json")):  # 2K and 4K, stopped early
+        other = json.loads(longer.read_text())
+        if other["n"] != results["n"]:
+            recs += memory_records(other)
+    return recs
 
 
 if __name__ == "__main__":

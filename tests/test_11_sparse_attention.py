@@ -333,6 +333,7 @@ def test_page_bounds_rejects_bad_input(nb, case, exc, names):
 @pytest.mark.parametrize("case,exc,names", [
     ("q-int", TypeError, "q"), ("q-4d", ValueError, "q"), ("min-int", TypeError, "page_min"),
     ("max-shape", ValueError, "page_max"), ("heads", ValueError, "page_min"), ("head-dim", ValueError, "page_min"),
+    ("max-below-min", ValueError, "page_max"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_quest_upper_bound_rejects_bad_input(nb, case, exc, names):
     q, lo, hi = torch.zeros(1, 4, 8), torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8)
@@ -340,6 +341,7 @@ def test_quest_upper_bound_rejects_bad_input(nb, case, exc, names):
         "q-int": (q.long(), lo, hi), "q-4d": (q[None], lo, hi), "min-int": (q, lo.long(), hi),
         "max-shape": (q, lo, torch.zeros(1, 2, 4, 8)), "heads": (q, torch.zeros(1, 3, 3, 8), torch.zeros(1, 3, 3, 8)),
         "head-dim": (q, torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)),
+        "max-below-min": (q, lo, hi.index_fill(2, torch.tensor([1]), -1.0)),  # page 1's max under its min
     }[case]
     assert_raises(nb.quest_upper_bound, q, lo, hi, exc=exc, names=names, call=f"quest_upper_bound({case})")
 
@@ -568,3 +570,69 @@ def test_nsa_tokens_read_defaults_are_the_papers(nb):
         "stride-float", "select-block-0"])
 def test_nsa_tokens_read_rejects_bad_input(nb, args, kwargs, exc, names):
     assert_raises(nb.nsa_tokens_read, *args, exc=exc, names=names, **kwargs)
+
+
+# -- Exercise 11.9 ----------------------------------------------------------------------
+INDEXER_CASES = [
+    # id, B, H_I, T, N, d, top_k: T = N is a prefill, T = 1 a decode step, 1 < T < N a chunk
+    ("B1-H2-T8-N8-d4-top3-prefill", 1, 2, 8, 8, 4, 3),
+    ("B2-H4-T1-N60-d8-top10-decode", 2, 4, 1, 60, 8, 10),
+    ("B1-H4-T6-N40-d8-top8-chunk-at-the-end", 1, 4, 6, 40, 8, 8),
+    ("B1-H3-T10-N10-d4-top20-top-above-N", 1, 3, 10, 10, 4, 20),
+    ("B2-H8-T5-N100-d16-top16", 2, 8, 5, 100, 16, 16),
+]
+
+
+def indexer_inputs(B, H, T, N, d, seed):
+    """Queries, keys and weights of both signs, so ReLU and the weights' sign both matter."""
+    q = randn(B, H, T, d, seed=seed)
+    k = randn(B, N, d, seed=seed + 1)
+    weights = randn(B, H, T, seed=seed + 2)
+    return q, k, weights
+
+
+@pytest.mark.ex11_9
+@pytest.mark.core
+@pytest.mark.points(3)
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("name,B,H,T,N,d,top_k", INDEXER_CASES, ids=[c[0] for c in INDEXER_CASES])
+def test_indexer_topk(nb, name, B, H, T, N, d, top_k, dtype_name):
+    dtype = DTYPES[dtype_name]
+    q, k, weights = (t.to(dtype) for t in indexer_inputs(B, H, T, N, d, seed=N + T))
+    call = call_text("indexer_topk", q, k, weights, top_k)
+    check_index(nb.indexer_topk(q, k, weights, top_k), ref.indexer_topk(q, k, weights, top_k), call)
+
+
+@pytest.mark.ex11_9
+@pytest.mark.points(2)
+def test_indexer_topk_breaks_ties_by_position(nb):
+    """Small integers, so every score is exact: keys repeat every 4 positions (equal
+    scores), and every key that no head's query points at scores exactly 0 (ReLU)."""
+    g = torch.Generator().manual_seed(5)
+    base = torch.randint(-3, 4, (4, 6), generator=g).double()  # (4, d): four distinct keys
+    k = base.repeat(5, 1)[None]  # (1, 20, d): key j equals key j + 4
+    q = torch.randint(-3, 4, (1, 3, 4, 6), generator=g).double()  # (B, H_I, T, d)
+    q[0, :, 1] = -base[0].sign() * 2  # query 1 points away from key 0's channels in every head
+    weights = torch.tensor([[[1.0, 2.0, 1.0, -1.0], [1.0, 1.0, 0.5, 2.0], [-0.5, 1.0, 1.0, 1.0]]],
+                           dtype=torch.float64)  # (B, H_I, T)
+    call = call_text("indexer_topk", q, k, weights, 7) + " (keys repeat every 4 positions)"
+    check_index(nb.indexer_topk(q, k, weights, 7), ref.indexer_topk(q, k, weights, 7), call)
+
+
+@pytest.mark.ex11_9
+@pytest.mark.parametrize("case,exc,names", [
+    ("q-int", TypeError, "q"), ("q-3d", ValueError, "q"), ("k-dtype", TypeError, "k"), ("k-4d", ValueError, "k"),
+    ("k-shorter-than-T", ValueError, "k"), ("k-head-dim", ValueError, "k"), ("k-batch", ValueError, "k"),
+    ("weights-dtype", TypeError, "weights"), ("weights-shape", ValueError, "weights"),
+    ("top-zero", ValueError, "top_k"), ("top-float", TypeError, "top_k"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_indexer_topk_rejects_bad_input(nb, case, exc, names):
+    q, k, w, top = torch.zeros(1, 2, 3, 4), torch.zeros(1, 8, 4), torch.zeros(1, 2, 3), 2
+    q, k, w, top = {
+        "q-int": (q.long(), k, w, top), "q-3d": (q[0], k, w, top), "k-dtype": (q, k.double(), w, top),
+        "k-4d": (q, k[:, None], w, top), "k-shorter-than-T": (q, torch.zeros(1, 2, 4), w, top),
+        "k-head-dim": (q, torch.zeros(1, 8, 5), w, top), "k-batch": (q, torch.zeros(2, 8, 4), w, top),
+        "weights-dtype": (q, k, w.double(), top), "weights-shape": (q, k, torch.zeros(1, 3, 2), top),
+        "top-zero": (q, k, w, 0), "top-float": (q, k, w, 2.0),
+    }[case]
+    assert_raises(nb.indexer_topk, q, k, w, top, exc=exc, names=names, call=f"indexer_topk({case})")

@@ -200,6 +200,29 @@ def nsa_tokens_read(seq_len, selected_blocks, compress_block=32, compress_stride
             "total": compressed + len(selected | recent)}
 
 
+
+# -- 11.9 ------------------------------------------------------------------------------
+def indexer_topk(q, k, weights, top_k):
+    """Each score summed head by head in Python floats; the choice by sorting (-score, j)."""
+    B, H, T, d = q.shape
+    N = k.shape[1]
+    K = min(top_k, N)
+    q64, k64, w64 = q.detach().double(), k.detach().double(), weights.detach().double()
+    out = torch.full((B, T, K), -1, dtype=torch.long)
+    for b in range(B):
+        for t in range(T):
+            visible = N - T + t + 1  # keys 0 .. N - T + t
+            scores = []
+            for j in range(visible):
+                total = 0.0
+                for h in range(H):
+                    dot = float(q64[b, h, t] @ k64[b, j])
+                    total += float(w64[b, h, t]) * max(0.0, dot)
+                scores.append(total)
+            chosen = _top_by_score(scores, K)
+            out[b, t, : len(chosen)] = torch.tensor(chosen, dtype=torch.long)
+    return out
+
 # -- References for the exercises' own API (grading.substitute) --------------------
 # quest_select (11.5) calls quest_upper_bound (11.4): while 11.5 is graded, this one
 # answers, with the errors 11.4 promises.
@@ -225,6 +248,8 @@ def checked_quest_upper_bound(q, page_min, page_max):
     B, H, d = q.shape
     if page_min.shape[0] != B or page_min.shape[3] != d or page_min.shape[1] == 0 or H % page_min.shape[1]:
         raise ValueError("page_min must match q's batch and head_dim, with H a multiple of H_kv")
+    if bool((page_max < page_min).any()):
+        raise ValueError("page_max must be >= page_min in every channel")
     return quest_upper_bound(q, page_min, page_max)
 
 
