@@ -399,6 +399,7 @@ def start_recording(modules: list[str]) -> Recorder:
     """Wrap the named reference modules (imported now) in this process."""
     global _RECORDER
     _RECORDER = _RECORDER or Recorder()
+    _no_shrinking()  # the examples recorded are the ones the release's profile replays
     for name in modules:
         _RECORDER.wrap_module(importlib.import_module(name))
     return _RECORDER
