@@ -1,7 +1,8 @@
 """``make bench`` records of the student edition (issue 26, ``make release``).
 
-- ``release.reference_source_lines``: lines of reference implementation in the release,
-  the non-blank lines of every ``tests/references/*.py`` it ships. Goal ``== 0``: a
+- ``release.reference_source_lines``: lines of reference implementation in the release:
+  the non-blank lines of every ``tests/references/*.py`` it ships, and the lines of each
+  reference function whose body is found in one of its files (``grading.release.reference_leaks``). Goal ``== 0``: a
   grader that students run at home must hold expected values, not reference code.
 - ``release.zip_mib``: the size of ``_build/release.zip``. Goal ``<= 50``.
 - ``release.diagnose_recall``: of every catalogue bug, injected alone into its chapter's
@@ -17,6 +18,7 @@ missing release records NaN with the reason.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,8 +35,16 @@ KNOWN = "This looks like a known mistake: "
 
 
 def reference_source_lines(folder: Path = RELEASE) -> int:
-    return sum(1 for path in sorted((folder / "tests" / "references").glob("*.py"))
-               for line in path.read_text().splitlines() if line.strip())
+    """Non-blank lines of any ``tests/references/*.py`` shipped, plus the lines of every
+    function of the references whose body appears in a file of the release."""
+    from grading.release import reference_leaks
+
+    shipped = sum(1 for path in sorted((folder / "tests" / "references").glob("*.py"))
+                  for line in path.read_text().splitlines() if line.strip())
+    functions = {found.split(": the reference function ", 1)[-1] for found in reference_leaks(folder)
+                 if ": the reference function " in found}
+    spans = [re.search(r"\(lines (\d+)-(\d+)\)$", where) for where in functions]
+    return shipped + sum(int(m.group(2)) - int(m.group(1)) + 1 for m in spans if m)
 
 
 def _graded_from_release(stem: str, bug, folder: Path) -> str:
@@ -75,7 +85,7 @@ def run() -> list[Record]:
     bugs, diagnosed, false = recall()
     return [
         Record("release.reference_source_lines", reference_source_lines(), "lines", "== 0",
-               note="non-blank lines of tests/references/*.py in _build/release"),
+               note="tests/references/*.py lines shipped, and lines of reference functions found in _build/release"),
         Record("release.zip_mib", RELEASE.with_suffix(".zip").stat().st_size / 2**20, "MiB", "<= 50"),
         Record("release.diagnose_recall", diagnosed / bugs if bugs else float("nan"), "fraction", ">= 0.9",
                note=f"{diagnosed} of {bugs} catalogue bugs, each graded from inside _build/release"),

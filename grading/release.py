@@ -7,15 +7,21 @@ a book whose appendix prints them. ``_build/release/`` (and ``_build/release.zip
   ``_build/release-book``, beside the self-study build in ``_build/html``, which keeps
   the appendix; both share the execution cache, so after ``make book`` only Sphinx runs);
 - ``exercises/``: the exercise notebooks;
-- ``tests/test_NN_topic.py`` and ``tests/references/``: the public graders and the
-  references they compare with; ``grading/`` and ``modellab/``, which they import;
+- ``tests/test_NN_topic.py``: the public graders; ``grading/`` and ``modellab/``, which
+  they import;
+- ``tests/expected/NN_topic.npz``: what the references returned to the graders, in
+  place of the references (issue 26): :func:`record` runs each chapter's graders on its
+  solution with the references recorded (:mod:`grading.replay`), into ``_build/expected``
+  (again only where a grader, a reference, a solution or the recorder changed); the
+  release's graders replay them. No file of ``tests/references/`` ships;
 - ``tests/diagnosis/``: the tables that name a known mistake (its hint, its section and
   what it outputs where it fails), so a student of the release is told what the
   repository's graders tell; no bug code;
 - ``README.md`` (the student instructions), ``pytest.ini``, the pinned requirements.
 
-It has no ``solutions/``, no hidden tests and no catalogue of wrong implementations,
-and :func:`leaks` proves that no solution body (the code between ``### BEGIN SOLUTION``
+It has no ``solutions/``, no references, no hidden tests and no catalogue of wrong
+implementations; :func:`reference_leaks` proves that no function of the references'
+source appears in it, and :func:`leaks` proves that no solution body (the code between ``### BEGIN SOLUTION``
 and ``### END SOLUTION`` of any solution notebook, whitespace normalised) appears in
 any of its files, the HTML included; the build stops if one does.
 """
@@ -33,9 +39,11 @@ import time
 import zipfile
 from pathlib import Path
 
+from grading import replay
 from grading.layout import BUILD, DIAGNOSIS, EXERCISES, REFERENCES, RELEASE, ROOT, SOLUTIONS, TESTS, cell_source, discover_chapters
 from grading.regions import find_regions
 
+EXPECTED = BUILD / "expected"  # record(): NN_topic.npz and its stamp, NN_topic.stamp
 BOOK_OUT = BUILD / "release-book"  # jupyter-book --path-output: the HTML lands in BOOK_OUT/_build/html
 TOC = BUILD / "release-src" / "_toc.yml"
 STUDENT_README = ROOT / "tools" / "release" / "README.md"
@@ -149,8 +157,8 @@ def assemble(html_dir: Path, out: Path = RELEASE) -> Path:
         for path in sorted((ROOT / package).rglob("*.py")):
             files[str(path.relative_to(ROOT))] = path
     files["tests/__init__.py"] = TESTS / "__init__.py"
-    for path in sorted(REFERENCES.glob("*.py")):
-        files[str(path.relative_to(ROOT))] = path
+    for path in sorted(EXPECTED.glob("*.npz")):  # expected values, not references (issue 26)
+        files[f"tests/expected/{path.name}"] = path
     # What diagnosis needs (issue 26): each bug's name, hint, section and the outputs it
     # produces at the checks it fails. Data, with no bug code: tests/catalogue stays out.
     for path in sorted(DIAGNOSIS.glob("*.json")):
@@ -163,6 +171,73 @@ def assemble(html_dir: Path, out: Path = RELEASE) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
     return out
+
+
+def _stamp(stem: str) -> str:
+    """What a chapter's records depend on: its graders, references, solution, the recorder."""
+    return replay.stamp_of([TESTS / f"test_{stem}.py", *sorted(REFERENCES.glob(f"ref_{stem[:2]}_*.py")),
+                            SOLUTIONS / f"{stem}.ipynb", ROOT / "grading" / "replay.py", ROOT / "grading" / "wire.py"])
+
+
+def record(only: list[str] | None = None, force: bool = False) -> list[str]:
+    """Run each chapter's graders on its solution with the references recorded, into
+    ``EXPECTED/NN_topic.npz``; a chapter whose stamp is unchanged is kept. The chapters
+    recorded, in order. Fails if a solution fails its graders (a record of a failing run
+    would be wrong)."""
+    EXPECTED.mkdir(parents=True, exist_ok=True)
+    done = []
+    for chapter in discover_chapters(only):
+        stamp, path = _stamp(chapter.stem), EXPECTED / f"{chapter.stem}.npz"
+        stamp_file = path.with_suffix(".stamp")
+        if not force and path.is_file() and stamp_file.is_file() and stamp_file.read_text() == stamp:
+            continue
+        path.unlink(missing_ok=True)
+        stamp_file.unlink(missing_ok=True)
+        start = time.monotonic()
+        run = subprocess.run([sys.executable, "-m", "pytest", str(chapter.test_file.relative_to(ROOT)), "-q", "-n", "0",
+                              "-p", "no:cacheprovider", "--record-expected", str(EXPECTED)], cwd=ROOT,
+                             capture_output=True, text=True)
+        if run.returncode != 0 or not path.is_file():
+            raise RuntimeError(f"recording {chapter.stem}: its solution must pass its graders\n"
+                               + run.stdout[-4000:] + run.stderr[-2000:])
+        stamp_file.write_text(stamp)
+        print(f"recorded {path.relative_to(ROOT)} ({path.stat().st_size / 2**10:.0f} KiB, "
+              f"{time.monotonic() - start:.0f} s)")
+        done.append(chapter.stem)
+    return done
+
+
+def reference_functions(folder: Path = REFERENCES) -> dict[str, str]:
+    """``{"ref_01_kv_memory.py: bytes_per_token": body}``: the body of every function and
+    method of the references, normalised (its docstring left out: a body is the code)."""
+    import ast
+
+    bodies = {}
+    for path in sorted(folder.glob("*.py")):
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = node.body[1:] if (node.body and isinstance(node.body[0], ast.Expr)
+                                         and isinstance(getattr(node.body[0], "value", None), ast.Constant)
+                                         and isinstance(node.body[0].value.value, str)) else node.body
+                if body:
+                    text = normalise("\n".join(ast.get_source_segment(source, b) or "" for b in body))
+                    bodies[f"{path.name}: {node.name} (lines {body[0].lineno}-{node.end_lineno})"] = text
+    return bodies
+
+
+def reference_leaks(folder: Path) -> list[str]:
+    """Every (file, reference function) where a function of ``tests/references/`` appears in
+    ``folder`` (a body of at least MIN_BODY_CHARS, whitespace normalised), and every file of
+    ``tests/references/`` that ships. A helper the exercise notebooks themselves hand the
+    student (``_require_int``, the same input check) is no answer and is not counted."""
+    found = [f"{p.relative_to(folder)} ships" for p in sorted((folder / "tests" / "references").rglob("*"))
+             if p.is_file()] if (folder / "tests" / "references").is_dir() else []
+    bodies = {k: v for k, v in reference_functions().items() if len(v) >= MIN_BODY_CHARS}
+    given = {where for where, body in bodies.items()
+             if any(body in text for path in sorted(EXERCISES.glob("*.ipynb")) for text in texts_of(path))}
+    bodies = {k: v for k, v in bodies.items() if k not in given}
+    return found + [f.replace("the solution body of", "the reference function") for f in leaks(folder, bodies)]
 
 
 def write_zip(folder: Path) -> Path:
@@ -180,15 +255,18 @@ def check(folder: Path) -> list[str]:
     """What must not be in a release: solutions, the catalogue, hidden tests, solution bodies."""
     problems = [f"{name}/ is in the release" for name in ("solutions", "tests/catalogue", "hidden_tests")
                 if (folder / name).exists()]
-    return problems + leaks(folder)
+    return problems + leaks(folder) + reference_leaks(folder)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m grading.release", description=__doc__.split("\n\n")[0])
     p.add_argument("--skip-book", action="store_true",
                    help="reuse the last release book build in _build/release-book (assemble and check only)")
+    p.add_argument("--record-again", action="store_true",
+                   help="record every chapter's expected values again, changed or not")
     options = p.parse_args(sys.argv[1:] if argv is None else argv)
     start = time.monotonic()
+    record(force=options.record_again)
     html_dir = BOOK_OUT / "_build" / "html"
     if not options.skip_book or not html_dir.is_dir():
         html_dir = build_book()

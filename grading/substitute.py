@@ -468,3 +468,77 @@ def references_from_package(package: dict, namespace: dict) -> tuple[dict[str, s
         target = f"{module}:{qualname}"
         references[name] = calling(target, *spec["calling"]) if spec["calling"] is not None else target
     return dict(package["owned"]), references
+
+
+# -- graded as a whole (the student edition): say when a dependency is the cause ----------------
+
+def _code_of(notebook: Path) -> list[ast.stmt]:
+    """The top-level statements of a notebook's code cells that parse (magics left out)."""
+    body: list[ast.stmt] = []
+    try:
+        nb = nbformat.read(notebook, as_version=4)
+    except Exception:  # noqa: BLE001 - no notebook, no dependencies to name
+        return body
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        source = "\n".join(line for line in cell_source(cell).splitlines() if not line.lstrip().startswith(("%", "!")))
+        try:
+            body += ast.parse(source).body
+        except SyntaxError:
+            continue
+    return body
+
+
+def dependencies(notebook: Path, stem: str, exercise: str) -> list[tuple[str, str]]:
+    """``[("online_update", "5.2"), ...]``: the names of other exercises that the code of
+    ``exercise`` in ``notebook`` (a student's) calls, directly or through a function no
+    exercise owns, in the order found. Read from the source; nothing is run."""
+    path = EXERCISES / f"{stem}.ipynb"
+    if not path.exists():
+        return []
+    owned = owned_names(path)
+    defs: dict[str, ast.AST] = {}
+    for node in _code_of(notebook):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defs[node.name] = node
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    defs[f"{node.name}.{item.name}"] = item
+    # A method is found by its attribute name (``self.allocator.allocate``), unless a
+    # built-in container has one of that name too (``pages.append`` is a list's).
+    # (A function attached to a class by the notebook, ``@add_to_class``, is found so too.)
+    by_method = {name.rpartition(".")[2]: name for name in owned
+                 if not any(hasattr(t, name.rpartition(".")[2]) for t in (list, dict, set, str))}
+    found: dict[str, str] = {}
+    todo = [name for name, owner in owned.items() if owner == exercise and name in defs]
+    seen = set(todo)
+    while todo:
+        for node in ast.walk(defs[todo.pop(0)]):
+            if isinstance(node, ast.Name):
+                name, full = node.id, node.id if node.id in owned else None
+            elif isinstance(node, ast.Attribute):
+                name, full = node.attr, by_method.get(node.attr)
+            else:
+                continue
+            if full is not None and owned[full] != exercise:
+                found.setdefault(full, owned[full])
+            elif name in defs and name not in owned and name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return list(found.items())
+
+
+def dependency_note(notebook: Path, stem: str, exercise: str, failed: set[str], ran: set[str]) -> str:
+    """The first line of a failure of ``exercise`` graded with the student's own functions
+    throughout: the dependency that fails its own tests, to fix first; or the ones whose
+    tests this run left out. Empty when neither."""
+    deps = dependencies(notebook, stem, exercise)
+    bad = [(name, owner) for name, owner in deps if owner in failed]
+    if bad:
+        return "".join(f"{exercise} calls your `{name}` ({owner}), which fails its own tests: fix {owner} first.\n"
+                       for name, owner in bad)
+    unrun = [(name, owner) for name, owner in deps if owner not in ran]
+    return "".join(f"{exercise} calls your `{name}` ({owner}), whose tests did not run here: if {owner} fails "
+                   f"them (-m ex{owner.replace('.', '_')}), fix it first.\n" for name, owner in unrun)

@@ -40,6 +40,7 @@ import torch
 
 from gpucompile.chapter07 import ARCHS, GRADED_KERNELS, case_ids
 from grading.compare import GradingFailure, assert_close, assert_raises, call_text, derived_atol
+from grading import replay
 from tests.references import ref_07_triton_kernels as ref
 
 INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
@@ -656,6 +657,9 @@ def check_compiler_numbers(nb, exercise, cid):
 def _grade_compiler_numbers(nb, exercise, cid):
     """The cases graded on the compiled flash kernel compile it once per contestant."""
     if cid.startswith("real:"):
+        if replay.in_release():
+            pytest.skip("the student edition holds expected values, not the references: it cannot compute them "
+                        "for the kernel compiled here (yours); not counted (your instructor's graders check it)")
         missing = _ptxas_missing()
         if missing:
             pytest.skip(f"cannot compile for a GPU on this machine ({missing}); not counted")

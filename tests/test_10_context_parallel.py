@@ -220,6 +220,24 @@ def test_ring_step_from_nothing_full_attention(nb, dtype_name):
     check_pair(nb.ring_step(q, k, v, q_pos, k_pos, out, lse, causal=False), expected, call, dtype)
 
 
+@pytest.mark.ex10_2
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+def test_ring_step_skips_a_block_no_query_can_see(nb, dtype_name):
+    """The statement: a block no query can see is skipped, so its k and v are never read
+    and (out, lse) come back as they were. Here every key comes after every query and the
+    block holds NaN (a buffer not yet filled): attending to it and merging would give NaN."""
+    dtype = DTYPES[dtype_name]
+    q, k, v = make_qkv(1, 4, 2, 6, 8, torch.float64, seed=7)
+    q_pos, k_pos = torch.arange(6), torch.arange(6, 12)
+    q, k, v = q.to(dtype), torch.full_like(k, math.nan).to(dtype), torch.full_like(v, math.nan).to(dtype)
+    _, k_seen, v_seen = make_qkv(1, 4, 2, 6, 8, torch.float64, seed=8)
+    out, lse = ref.attention_fp64(q, k_seen, v_seen, q_pos, q_pos, causal=True)
+    out, lse = out.to(dtype), lse.to(dtype)  # the state after the keys the queries can see
+    call = call_text("ring_step", q, k, v, q_pos, k_pos, out, lse, causal=True) + " [k and v: NaN, keys after every query]"
+    check_pair(nb.ring_step(q, k, v, q_pos, k_pos, out.clone(), lse.clone(), causal=True), (out, lse), call, dtype,
+               atol=0)
+
+
 def step_bad_inputs():
     q, k, v = make_qkv(1, 4, 2, 6, 8, torch.float32)
     pos = torch.arange(6)

@@ -54,6 +54,10 @@ BUGS = [
     Bug("ring_step_forgets_scale", "10.2", "forgets the 1/sqrt(d) of the scores",
         old="s = q_rows @ k.transpose(-1, -2) / math.sqrt(d)", new="s = q_rows @ k.transpose(-1, -2)",
         tests="ring_step"),
+    Bug("ring_step_never_skips", "10.2", "attends to a block that no query can see instead of skipping it: "
+        "reads its k and v (NaN in a buffer not yet filled reaches the output)",
+        old="if N_k == 0 or N_q == 0 or (causal and k_pos.min() > q_pos.max()):",
+        new="if N_k == 0 or N_q == 0:", tests="skips_a_block"),
     Bug("ring_step_gqa_heads_mixed", "10.2", "groups query heads as h % H_kv instead of h // G",
         old="q_rows = q.reshape(B, H_kv, G * N_q, d)",
         new="q_rows = q.reshape(B, G, H_kv, N_q, d).transpose(1, 2).reshape(B, H_kv, G * N_q, d)",

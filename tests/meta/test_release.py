@@ -19,9 +19,14 @@ import nbformat
 import pytest
 
 from grading import release
-from grading.layout import RELEASE, SOLUTIONS
+from grading.catalogue import load_catalogue
+from grading.layout import RELEASE, ROOT, SOLUTIONS, discover_chapters
 
 STEM = "01_kv_memory"
+CHAPTERS = [c.stem for c in discover_chapters()]
+# A chapter graded from the release in a child pytest: its own per-test timeout holds there;
+# this one waits for the whole chapter (Chapter 8 loads the model, Chapter 7 compiles).
+CHAPTER_TIMEOUT_S = 1200
 needs_release = pytest.mark.skipif(not (RELEASE / "README.md").exists(),
                                    reason="no _build/release: run `make release` (make test does) first")
 
@@ -104,3 +109,87 @@ def test_a_catalogue_bug_graded_from_the_release_is_diagnosed(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
     assert "This looks like a known mistake" in done.stdout and "overflows" in done.stdout, done.stdout[-3000:]
+
+
+def _graded_from_release(stem: str, notebooks, *extra: str) -> subprocess.CompletedProcess:
+    # The repository's converted model (Chapter 8), not a conversion of its own in the release.
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(RELEASE),
+           "MODELLAB_CACHE": os.environ.get("MODELLAB_CACHE", str(ROOT / "_build" / "modellab"))}
+    return subprocess.run([sys.executable, "-m", "pytest", f"tests/test_{stem}.py", "-p", "no:cacheprovider", "-q",
+                           "-n", "0", "--notebooks", str(notebooks), *extra], cwd=RELEASE, env=env,
+                          capture_output=True, text=True)
+
+
+@needs_release
+def test_release_ships_expected_values_not_reference_code(record_property):
+    """Issue 26, item 1: no file of tests/references/ ships and no function of the
+    references' source appears in any file of the release (the book included); each
+    chapter's graders have their recorded expected values instead; the zip's size is
+    reported (goal: at most 50 MiB)."""
+    assert not (RELEASE / "tests" / "references").exists()
+    assert release.reference_leaks(RELEASE) == []
+    assert sorted(p.stem for p in (RELEASE / "tests" / "expected").glob("*.npz")) == CHAPTERS
+    mib = RELEASE.with_suffix(".zip").stat().st_size / 2**20
+    record_property("release_zip_mib", round(mib, 2))
+    print(f"release.zip: {mib:.1f} MiB")
+    assert mib <= 50
+
+
+def test_reference_leak_check_finds_a_reference_function(tmp_path):
+    """The check can fail: a reference's function body pasted into a file is found."""
+    where, body = max(release.reference_functions().items(), key=lambda kv: len(kv[1]))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "mine.py").write_text("def f():\n    " + body.replace(" ", "\n    ", 3) + "\n")
+    assert any(where in found for found in release.reference_leaks(tmp_path))
+
+
+@needs_release
+@pytest.mark.parametrize("stem", CHAPTERS)
+@pytest.mark.timeout(CHAPTER_TIMEOUT_S)
+def test_solution_earns_full_marks_from_the_release(stem, tmp_path):
+    """A solution notebook graded from _build/release, on the replayed expected values and
+    with its own functions throughout (no swap), passes every test there."""
+    shutil.copyfile(SOLUTIONS / f"{stem}.ipynb", tmp_path / f"{stem}.ipynb")
+    done = _graded_from_release(stem, tmp_path)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "failed" not in done.stdout.splitlines()[-1], done.stdout[-2000:]
+
+
+@needs_release
+@pytest.mark.parametrize("stem", CHAPTERS)
+@pytest.mark.timeout(CHAPTER_TIMEOUT_S)
+def test_stubs_fail_from_the_release(stem):
+    """The exercise notebooks as handed out earn no test from the release's graders."""
+    done = _graded_from_release(stem, RELEASE / "exercises", "-rN")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    last = done.stdout.strip().splitlines()[-1]
+    assert " passed" not in last, done.stdout[-3000:]
+
+
+@needs_release
+@pytest.mark.parametrize("stem", CHAPTERS)
+@pytest.mark.timeout(CHAPTER_TIMEOUT_S)
+def test_catalogue_sample_is_rejected_from_the_release(stem, tmp_path):
+    """A sample of the catalogue (each chapter's first bug and its last, graded on their
+    exercise's tests only: the whole catalogue through the release costs what make bench
+    measures, release.diagnose_recall) is rejected by the release's graders."""
+    bugs = load_catalogue(stem)
+    for bug in bugs[:1] + bugs[1:][-1:]:
+        nbformat.write(bug.apply(nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4)), tmp_path / f"{stem}.ipynb")
+        done = _graded_from_release(stem, tmp_path, "-m", "ex" + bug.exercise.replace(".", "_"))
+        assert done.returncode == 1, f"{bug.name} passes from the release\n" + done.stdout[-3000:]
+
+
+@needs_release
+@pytest.mark.timeout(CHAPTER_TIMEOUT_S)
+def test_a_failing_dependency_is_named_first(tmp_path):
+    """Issue 26: the release grades a chapter as a whole (no reference to swap in), so 5.5
+    runs the student's own online_update; with 5.2's mistake in it, 5.5's failure says
+    first that 5.2 fails its own tests."""
+    stem = "05_flash_attention"
+    bug = next(b for b in load_catalogue(stem) if b.name == "accumulator_not_rescaled")
+    nbformat.write(bug.apply(nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4)), tmp_path / f"{stem}.ipynb")
+    done = _graded_from_release(stem, tmp_path, "-m", "ex5_2 or ex5_5")
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "5.5 calls your `online_update` (5.2), which fails its own tests: fix 5.2 first." in done.stdout, \
+        done.stdout[-4000:]

@@ -53,6 +53,15 @@ def attention_fp64(q, k, v, causal=False):
     return out, lse.squeeze(-1)
 
 
+def attention_grads_fp64(q, k, v, causal, grad_out):
+    """(dq, dk, dv) in fp64: autograd through :func:`attention_fp64`, for the output
+    gradient ``grad_out`` (B, H, N_q, d). A function of its inputs, so the release can
+    store its result (grading.replay) where autograd through a stored value could not run."""
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out64, _ = attention_fp64(q64, k64, v64, causal)
+    return torch.autograd.grad(out64, (q64, k64, v64), grad_out.double())
+
+
 def online_update_fp64(m, l, acc, s, v, base=math.e):
     """The update written from its definition, row by row, for 3-D inputs:
     m, l (P, R, 1); acc (P, R, d); s (P, R, C); v (P, C, d). The new state is the
