@@ -6,7 +6,7 @@ a book whose appendix prints them. ``_build/release/`` (and ``_build/release.zip
 - ``book/``: the book, built from ``_toc.yml`` without its solution pages (into
   ``_build/release-book``, beside the self-study build in ``_build/html``, which keeps
   the appendix; both share the execution cache, so after ``make book`` only Sphinx runs);
-- ``exercises/``: the exercise notebooks;
+- ``exercises/``: the exercise notebooks (and ``exercises/zh_CN/``, the same with Chinese statements);
 - ``tests/test_NN_topic.py``: the public graders; ``grading/`` and ``modellab/``, which
   they import;
 - ``tests/expected/NN_topic.npz``: what the references returned to the graders, in
@@ -166,6 +166,10 @@ def assemble(html_dir: Path, out: Path = RELEASE) -> Path:
     for c in discover_chapters():
         files[f"tests/{c.test_file.name}"] = c.test_file
         files[f"exercises/{c.stem}.ipynb"] = EXERCISES / f"{c.stem}.ipynb"
+        # The same stubs with Chinese statements (exercises/zh_CN/, issue 30), graded alike.
+        for edition in sorted(p for p in EXERCISES.iterdir() if p.is_dir()):
+            if (edition / f"{c.stem}.ipynb").exists():
+                files[f"exercises/{edition.name}/{c.stem}.ipynb"] = edition / f"{c.stem}.ipynb"
     for name, source in files.items():
         target = out / name
         target.parent.mkdir(parents=True, exist_ok=True)
