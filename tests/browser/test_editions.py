@@ -8,7 +8,8 @@ which walks ``_build/html/`` and so ``_build/html/zh_CN/`` too. Here:
   lands on the same section;
 - each page links to the other edition's page, and the link carries the reader's ``#section``;
 - no paragraph of a Chinese page is left in English where the catalogue has its
-  translation (a message that did not match: a stale ``.mo``, a changed paragraph).
+  translation (a message that did not match: a stale ``.mo``, a changed paragraph), and
+  none shows MyST as text (a role, or ``**`` that did not close next to Chinese punctuation).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ ZH = HTML / LANG
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # A paragraph of prose: this many Latin words in a row, and not one Chinese character.
 ENGLISH_RUN = re.compile(r"(?:\b[A-Za-z][a-z']+\b[ ,;:()-]+){7,}")
+# MyST that a translation broke shows as text: a role, emphasis that did not close, a code span.
+RAW_MARKUP = re.compile(r"\{(?:glue|cite|ref|numref|doc|eq|solution)[:a-z]*\}|\*\*|`")
 
 pytestmark = pytest.mark.skipif(not (ZH / "index.html").exists(),
                                 reason="no Chinese edition built: run `make book` (or `make book-zh`) first")
@@ -108,8 +111,11 @@ def test_no_english_left(page):
     """Every prose block of a Chinese page reads in Chinese (the bibliography excepted)."""
     if page.endswith("book/references.html"):
         pytest.skip("the bibliography lists the sources in their own language")
-    left = [b for b in _read(HTML / page).blocks if ENGLISH_RUN.search(b) and not CJK.search(b)]
+    blocks = _read(HTML / page).blocks
+    left = [b for b in blocks if ENGLISH_RUN.search(b) and not CJK.search(b)]
     assert not left, f"{page}: {len(left)} blocks still in English, e.g. {left[:3]}"
+    raw = [b for b in blocks if RAW_MARKUP.search(b)]
+    assert not raw, f"{page}: markup shown as text (a role, ** or ` that did not parse): {raw[:3]}"
 
 
 @pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
