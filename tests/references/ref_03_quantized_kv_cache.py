@@ -342,6 +342,14 @@ def fp8_code_sets(x: torch.Tensor, scale: torch.Tensor, dtype_name: str) -> list
     return out
 
 
+def fp8_noisy_code_sets(ratio: torch.Tensor, noise: float, dtype_name: str) -> list[list[set[float]]]:
+    """For exact ratios x / s (rows along the last dimension): the FP8 values each element
+    may take when the ratio is off by at most ``noise`` (both sides of a rounding boundary).
+    One call for a whole tensor, so that a recorded release replays it as one value."""
+    return [[{fp8_round(value + t, dtype_name) for t in (-noise, 0.0, noise)} for value in row]
+            for row in ratio.double().reshape(-1, ratio.shape[-1]).tolist()]
+
+
 def hadamard(n: int) -> torch.Tensor:
     """H_1 = (1), H_2n = [[H, H], [H, -H]] / sqrt(2), element by element in fp64."""
     h = [[1.0]]
