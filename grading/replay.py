@@ -73,6 +73,12 @@ def _torch():
     return torch
 
 
+# Tensor dtypes numpy cannot hold (Chapter 3's FP8 codes, bf16): stored as their bits, in an
+# int of the same width.
+BITS_ONLY = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e4m3fnuz": "uint8",
+             "float8_e5m2": "uint8", "float8_e5m2fnuz": "uint8"}
+
+
 def encode(value, arrays: list[np.ndarray]):
     """``value`` as JSON, its tensors appended to ``arrays`` (referred to by index)."""
     torch = _torch()
@@ -97,8 +103,8 @@ def encode(value, arrays: list[np.ndarray]):
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu().contiguous()
         dtype = str(t.dtype).removeprefix("torch.")
-        if t.dtype == torch.bfloat16:
-            t = t.view(torch.int16)
+        if dtype in BITS_ONLY:  # numpy has no such dtype: keep the bits, in an int of the same width
+            t = t.view(getattr(torch, BITS_ONLY[dtype]))
         arrays.append(t.numpy().copy())
         return {"tensor": len(arrays) - 1, "dtype": dtype}
     if isinstance(value, np.ndarray):
@@ -134,7 +140,7 @@ def decode(value, arrays):
         return getattr(torch, body)
     if kind == "tensor":
         t = torch.from_numpy(np.array(arrays[body]))
-        return t.view(torch.bfloat16) if value["dtype"] == "bfloat16" else t
+        return t.view(getattr(torch, value["dtype"])) if value["dtype"] in BITS_ONLY else t
     if kind == "ndarray":
         return np.array(arrays[body])
     if kind == "npscalar":
