@@ -193,3 +193,16 @@ def test_a_failing_dependency_is_named_first(tmp_path):
     assert done.returncode == 1, done.stdout[-3000:]
     assert "5.5 calls your `online_update` (5.2), which fails its own tests: fix 5.2 first." in done.stdout, \
         done.stdout[-4000:]
+
+
+def test_recorded_values_keep_dtypes_numpy_lacks():
+    """FP8 codes (Exercise 3.7's reference returns them) and bf16 survive a record: a value the
+    recorder cannot store is skipped, and the release then has no expected value for it."""
+    import torch
+
+    from grading import replay
+
+    arrays = []
+    for t in (torch.tensor([1.5, -448.0, 2.0**-9]).to(torch.float8_e4m3fn), torch.tensor([1.25]).bfloat16()):
+        back = replay.decode(replay.encode(t, arrays), arrays)
+        assert back.dtype == t.dtype and torch.equal(back.float(), t.float())
