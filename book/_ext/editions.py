@@ -44,8 +44,8 @@ def book_messages(language: str) -> dict[str, str]:
         return {m.id: m.string for m in read_po(f) if m.id and m.string and not m.fuzzy}
 
 
-def edition_links(app, pagename: str) -> list[tuple[str, str, str, str]]:
-    """(href, name, hreflang, language) of this page in every other edition, relative to it."""
+def edition_links(app, pagename: str) -> list[tuple[str, str, str]]:
+    """(href, name, hreflang) of this page in every other edition, relative to it."""
     here = _language(app)
     up = "../" * pagename.count("/")
     root = up if here == SOURCE else up + "../"  # the English edition's root, from this page
@@ -54,7 +54,7 @@ def edition_links(app, pagename: str) -> list[tuple[str, str, str, str]]:
         if language == here:
             continue
         prefix = root if language == SOURCE else f"{root}{language}/"
-        links.append((f"{prefix}{pagename}.html", name, hreflang, language))
+        links.append((f"{prefix}{pagename}.html", name, hreflang))
     return links
 
 
@@ -63,14 +63,14 @@ def add_switch(app, pagename, templatename, context, doctree):
         return None
     anchors = "".join(
         f'<a class="edition-link" href="{href}" hreflang="{hreflang}" lang="{hreflang}">{name}</a>'
-        for href, name, hreflang, _language_code in edition_links(app, pagename)
+        for href, name, hreflang in edition_links(app, pagename)
     )
     # Read by screen readers, in the page's language.
     label = app.env.book_messages.get(SWITCH_LABEL, SWITCH_LABEL)
     context["body"] = f'<nav class="edition-switch" aria-label="{label}">{anchors}</nav>' + context["body"]
     context["metatags"] = context.get("metatags", "") + "".join(
         f'\n<link rel="alternate" hreflang="{hreflang}" href="{href}" />'
-        for href, _name, hreflang, _code in edition_links(app, pagename)
+        for href, _name, hreflang in edition_links(app, pagename)
     )
     return None
 
