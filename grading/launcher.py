@@ -175,13 +175,11 @@ class Launcher:
 
 
 def default_uid() -> int | None:
-    """A uid for a pytest run's contestants: one per xdist worker, so two workers' process
-    limits never share a count (a batch passes its own, grading.sandbox.child_uid)."""
-    from grading.sandbox import SANDBOX_UIDS
+    """A uid for the contestants of a judge that no batch gave one (a pytest run): this
+    process's own, leased machine-wide, so no other grader's process limit shares its count."""
+    from grading.sandbox import process_uid
 
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    index = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
-    return SANDBOX_UIDS[128 + index % 128]
+    return process_uid()
 
 
 _LIMITS = [Limits()]

@@ -16,7 +16,7 @@ namespaces of its own, built by ``bwrap`` (the sandbox Flatpak uses):
   child's work folder the only writable place;
 - when the batch runs as root, ``bwrap`` builds the namespaces with root's rights and
   ``setpriv`` then drops to an unprivileged uid of its own (one per concurrent child,
-  from ``SANDBOX_UIDS``) with no capabilities, before the child starts: the kernel does
+  leased machine-wide from ``SANDBOX_UIDS``, :class:`UidLease`) with no capabilities, before the child starts: the kernel does
   not apply ``RLIMIT_NPROC`` to root, so only then does the process limit stop a fork
   bomb, and without capabilities nothing inside can remount what is read-only. Run as
   an ordinary user, ``bwrap`` adds a user namespace and the child keeps that user's uid.
@@ -39,7 +39,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,11 +92,11 @@ def status() -> Status:
     # Its work folder is a folder of its own, as a child's is: binding all of /tmp would
     # cover a repository cloned under /tmp with the host's /tmp, where a 0700 clone folder
     # shuts the sandbox's uid out.
-    with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as tmp, child_uid() as probe_uid:
         work = Path(tmp)
-        prepare_work_dir(work, SANDBOX_UIDS[0] if _as_root() else None)
+        prepare_work_dir(work, probe_uid)
         probe = wrap([sys.executable, "-c", "import grading.child, os; print(os.getpid(), os.getuid())"],
-                     work=work, hide=[], uid=SANDBOX_UIDS[0], chdir=False)
+                     work=work, hide=[], uid=probe_uid, chdir=False)
         try:
             done = subprocess.run(probe, capture_output=True, timeout=60)
         except (OSError, subprocess.SubprocessError) as exc:
@@ -108,7 +107,7 @@ def status() -> Status:
     except ValueError:
         return Status(False, f"sandbox: none (bwrap is not permitted here: {why}): "
                              "a hostile submission can stop this run")
-    if pid > 3 or (_as_root() and uid != SANDBOX_UIDS[0]):
+    if pid > 3 or (_as_root() and uid != probe_uid):
         return Status(False, f"sandbox: none (the probe ran as pid {pid}, uid {uid}: no isolation): "
                              "a hostile submission can stop this run")
     user = ", unprivileged uid" if _as_root() else ""
@@ -116,24 +115,67 @@ def status() -> Status:
                         "read-only; solutions hidden)")
 
 
-_uids_lock = threading.Lock()
-_uids_taken: set[int] = set()
+# Where the uid leases live: one lock file per uid, locked (flock) by the process that holds
+# it. The kernel drops a lock when its holder dies, so no lease outlives a crashed batch, and
+# a lock file is machine-wide where a set in memory is not: two batches, or two pytest
+# workers and the grader a release test starts, each drew 61000 from a set of their own,
+# their contestants shared one process count, and Chapter 10's four gloo ranks could then
+# not start their threads ("Resource temporarily unavailable").
+# A fixed path (not $TMPDIR, which two graders may set apart), and only root uses it.
+UID_LEASES = Path("/tmp/grading-sandbox-uids")
+
+
+class UidLease:
+    """An unprivileged uid that no other process on this machine holds until :meth:`release`
+    (or until this process ends). Raises ``RuntimeError`` when every uid in
+    ``SANDBOX_UIDS`` is held."""
+
+    def __init__(self):
+        import fcntl
+
+        self._fd: int | None = None
+        UID_LEASES.mkdir(mode=0o700, exist_ok=True)
+        held = UID_LEASES.lstat()
+        if not stat.S_ISDIR(held.st_mode) or held.st_uid != os.geteuid() or held.st_mode & 0o022:
+            # Someone else made it: they could hold every lock and stop every batch.
+            raise RuntimeError(f"{UID_LEASES} is not a folder of this user's that only it may write")
+        for uid in SANDBOX_UIDS:
+            fd = os.open(UID_LEASES / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self.uid, self._fd = uid, fd
+            return
+        raise RuntimeError(f"every sandbox uid ({SANDBOX_UIDS.start}-{SANDBOX_UIDS.stop - 1}) is held "
+                           "by a running grader")
+
+    def release(self):
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor drops the lock
+            self._fd = None
 
 
 @contextlib.contextmanager
 def child_uid():
-    """An unprivileged uid no other running child holds (root-run batches only; else None)."""
+    """An unprivileged uid no other running child on this machine holds (root-run batches
+    only; else None)."""
     if not _as_root():
         yield None
         return
-    with _uids_lock:
-        uid = next(u for u in SANDBOX_UIDS if u not in _uids_taken)
-        _uids_taken.add(uid)
+    lease = UidLease()
     try:
-        yield uid
+        yield lease.uid
     finally:
-        with _uids_lock:
-            _uids_taken.discard(uid)
+        lease.release()
+
+
+@functools.lru_cache(maxsize=1)
+def process_uid() -> int | None:
+    """This process's own uid for the contestants it starts, held until it exits (root only;
+    else None): what a pytest run's judge uses when no batch gave it one."""
+    return UidLease().uid if _as_root() else None
 
 
 def _within(path: Path, folder: Path) -> bool:
