@@ -258,6 +258,10 @@ class RemoteNotebook:
         self.report = LoadReport()
         self.exceptions: dict[str, type] = {}  # the notebook's exception classes, as classes of the judge's own
         self.remotes: dict[tuple[int, int], Remote] = {}
+        # The notebook's functions and methods the current test called, by name (cleared by
+        # use()): in the student edition a test of one exercise drives others (2.5's fork
+        # test appends with the student's own append), and a failure says so.
+        self.called: set[str] = set()
         self.variants: dict[str, RemoteNotebook] = {}
 
     # -- what LoadedNotebook offered ----------------------------------------------------------
@@ -289,6 +293,7 @@ class RemoteNotebook:
         return dict(self.report.placeholders)
 
     def use(self, exercise: str | None):
+        self.called = set()
         if exercise != self.exercise:
             self.exercise = exercise
             self.close()
@@ -377,6 +382,8 @@ class RemoteNotebook:
         if method:
             header["name"] = method
         what = f"calling `{fn._name}.{method}`" if method else f"calling `{fn._name}`"
+        if len(self.called) < 1000:
+            self.called.add((method or fn._name.rpartition(".")[2])[:200])
         reply, buffers = session.request(header, encoder.buffers, what, timeout)
         value = self._result(reply, buffers, session, what)
         self._write_back(reply.get("mutated"), buffers, session, args, kwargs, what)

@@ -504,7 +504,11 @@ def _dependency_first(item, exercise: str | None) -> str:
     state = item.config._grading
     failed = {e for s, e in state.exercises_failed if s == stem}
     ran = {e for s, e in state.exercises_ran if s == stem}
-    return substitute.dependency_note(state.notebook_dir() / f"{stem}.ipynb", stem, exercise, failed, ran)
+    notebook = getattr(item, "funcargs", {}).get("nb")
+    called = set(getattr(notebook, "called", ()))
+    for other in getattr(notebook, "variants", {}).values():
+        called |= other.called
+    return substitute.dependency_note(state.notebook_dir() / f"{stem}.ipynb", stem, exercise, failed, ran, called)
 
 
 def _record_observation(item, call, report, variant: Variant) -> None:

@@ -530,15 +530,27 @@ def dependencies(notebook: Path, stem: str, exercise: str) -> list[tuple[str, st
     return list(found.items())
 
 
-def dependency_note(notebook: Path, stem: str, exercise: str, failed: set[str], ran: set[str]) -> str:
+def dependency_note(notebook: Path, stem: str, exercise: str, failed: set[str], ran: set[str],
+                    called: set[str] = frozenset()) -> str:
     """The first line of a failure of ``exercise`` graded with the student's own functions
     throughout: the dependency that fails its own tests, to fix first; or the ones whose
-    tests this run left out. Empty when neither."""
-    deps = dependencies(notebook, stem, exercise)
-    bad = [(name, owner) for name, owner in deps if owner in failed]
+    tests this run left out. Empty when neither.
+
+    A dependency is another exercise's function that the code of ``exercise`` calls
+    (:func:`dependencies`) or that the failing test itself called, by name (``called``:
+    2.5's fork test appends with the student's ``append``, 7.4's runs their kernel)."""
+    who = {"code": f"{exercise} calls", "test": f"{exercise}'s test calls"}
+    deps = [(name, owner, "code") for name, owner in dependencies(notebook, stem, exercise)]
+    path = EXERCISES / f"{stem}.ipynb"
+    if called and path.exists():
+        known = {name for name, _, _ in deps}
+        for name, owner in owned_names(path).items():
+            if owner != exercise and name.rpartition(".")[2] in called and name not in known:
+                deps.append((name, owner, "test"))
+    bad = [(name, owner, how) for name, owner, how in deps if owner in failed]
     if bad:
-        return "".join(f"{exercise} calls your `{name}` ({owner}), which fails its own tests: fix {owner} first.\n"
-                       for name, owner in bad)
-    unrun = [(name, owner) for name, owner in deps if owner not in ran]
-    return "".join(f"{exercise} calls your `{name}` ({owner}), whose tests did not run here: if {owner} fails "
-                   f"them (-m ex{owner.replace('.', '_')}), fix it first.\n" for name, owner in unrun)
+        return "".join(f"{who[how]} your `{name}` ({owner}), which fails its own tests: fix {owner} first.\n"
+                       for name, owner, how in bad)
+    unrun = [(name, owner, how) for name, owner, how in deps if owner not in ran]
+    return "".join(f"{who[how]} your `{name}` ({owner}), whose tests did not run here: if {owner} fails them "
+                   f"(-m ex{owner.replace('.', '_')}), fix it first.\n" for name, owner, how in unrun)

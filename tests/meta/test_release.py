@@ -195,6 +195,21 @@ def test_a_failing_dependency_is_named_first(tmp_path):
         done.stdout[-4000:]
 
 
+@needs_release
+@pytest.mark.timeout(CHAPTER_TIMEOUT_S)
+def test_a_dependency_the_test_drives_is_named_first(tmp_path):
+    """A test of one exercise may drive another's function itself: 2.5's fork tests append
+    with the student's own append (2.3). With 2.3's mistake in it, 2.5's failure names 2.3
+    first, though fork's code never calls append."""
+    stem = "02_paged_kv_cache"
+    bug = next(b for b in load_catalogue(stem) if b.name == "append_replaces_pages")
+    nbformat.write(bug.apply(nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4)), tmp_path / f"{stem}.ipynb")
+    done = _graded_from_release(stem, tmp_path, "-m", "ex2_3 or ex2_5")
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "2.5's test calls your `append` (2.3), which fails its own tests: fix 2.3 first." in done.stdout, \
+        done.stdout[-4000:]
+
+
 def test_recorded_values_keep_dtypes_numpy_lacks():
     """FP8 codes (Exercise 3.7's reference returns them) and bf16 survive a record: a value the
     recorder cannot store is skipped, and the release then has no expected value for it."""
