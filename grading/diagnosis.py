@@ -149,17 +149,24 @@ class Diagnosis:
 
 def matches(table: dict, exercise: str, failed: dict[str, dict | None], passed: set[str]) -> list[str]:
     """The bugs of ``exercise`` that behave like the student on every case both ran:
-    the same cases fail, with the same output at each, and the others pass."""
-    if not failed or any(obs is None for obs in failed.values()):
-        return []  # a crash, a timeout or an unattempted part: nothing to compare
+    the same cases fail, with the same output at each, and the others pass.
+
+    A case the table never ran for a bug says nothing about that bug, for or against:
+    the proof runs each bug on the tests that reach it (a catalogue entry's ``tests``),
+    while a student's notebook meets every test of the exercise, and in the student
+    edition, graded as a whole, a mistake also fails the cases that build on it. At
+    least one failing case must be one the bug was seen to fail."""
     found = []
     for name, bug in table.items():
         if bug["exercise"] != exercise:
             continue
         tested, wrong = set(bug["tested"]), bug["failed"]
-        if not set(failed) <= tested or any(case in wrong for case in passed):
+        known = {case: obs for case, obs in failed.items() if case in tested}
+        if not known or any(obs is None for obs in known.values()):
+            continue  # nothing in common, or a crash, a timeout or an unattempted part there
+        if any(case in wrong for case in passed):
             continue
-        if all(wrong.get(case) is not None and same(obs, wrong[case]) for case, obs in failed.items()):
+        if all(wrong.get(case) is not None and same(obs, wrong[case]) for case, obs in known.items()):
             found.append(name)
     return sorted(found)
 

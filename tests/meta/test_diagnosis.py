@@ -47,6 +47,18 @@ def test_a_match_needs_the_same_output_on_every_failing_case_and_the_same_passes
     assert diagnosis.matches(TABLE, "9.1", {"t.py::x[1]": None}, set()) == []
 
 
+def test_a_case_the_table_never_ran_for_a_bug_neither_confirms_nor_rules_it_out():
+    """The proof runs a bug on the tests that reach it; a student (and the student edition,
+    where a mistake also fails the cases built on it) meets more. Those cases are unknown
+    to the table, so they are left out of the comparison; a crash there too."""
+    one = {"t.py::x[1]": _close("f(1): out", [1.0, 2.0])}
+    more = {**one, "t.py::z[9]": {"kind": "message", "text": "a later exercise's case"}}
+    assert diagnosis.matches(TABLE, "9.1", more, {"t.py::x[2]"}) == ["a"]
+    assert diagnosis.matches(TABLE, "9.1", {**one, "t.py::z[9]": None}, {"t.py::x[2]"}) == ["a"]
+    # Only unknown cases fail: nothing in common with any bug, no diagnosis.
+    assert diagnosis.matches(TABLE, "9.1", {"t.py::z[9]": more["t.py::z[9]"]}, set()) == []
+
+
 def test_two_bugs_that_fail_alike_give_no_diagnosis():
     twin = {**TABLE, "a2": {**TABLE["a"], "hint": "twin"}}
     one = {"t.py::x[1]": _close("f(1): out", [1.0, 2.0])}
