@@ -310,6 +310,9 @@ def test_load_imbalance(nb, name, N, P, layout):
     totals = work.sum(1)
     expected = totals.max().item() / totals.min().item()
     got = nb.load_imbalance(work.clone())
+    if not isinstance(got, float):
+        raise GradingFailure(f"{call_text('load_imbalance', work)} returned {type(got).__name__}; expected a Python "
+                             "float (the docstring's rule)")
     assert_close(torch.tensor(float(got), dtype=torch.float64), torch.tensor(expected, dtype=torch.float64),
                  call_text("load_imbalance", work) + " (max over min of work.sum(1))", atol=1e-12, rtol=1e-12)
 
@@ -377,7 +380,10 @@ BYTES_CASES = [(4096, 1, 1, 8, 128, 2), (4096, 2, 1, 8, 128, 2), (2**20, 8, 1, 8
 @pytest.mark.points(2)
 @pytest.mark.parametrize("args", BYTES_CASES, ids=lambda a: "N{}-P{}-B{}-Hkv{}-D{}-bytes{}".format(*a))
 def test_ring_bytes_per_layer(nb, args):
-    assert_equal(nb.ring_bytes_per_layer(*args), ref.ring_bytes_per_layer(*args), call_text("ring_bytes_per_layer", *args))
+    got, call = nb.ring_bytes_per_layer(*args), call_text("ring_bytes_per_layer", *args)
+    if type(got) is not int:  # a byte count; 2.0 == 2 would pass the comparison below
+        raise GradingFailure(f"{call} returned {type(got).__name__} {got!r}; expected an int, exact")
+    assert_equal(got, ref.ring_bytes_per_layer(*args), call)
 
 
 @pytest.mark.ex10_5
