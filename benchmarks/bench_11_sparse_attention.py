@@ -32,22 +32,25 @@ Policies (all from Chapter 11's solutions except the two of earlier chapters):
 
 The answer's own tokens are always visible (causally) to every policy.
 
-A context of 4,096 tokens cost 20 s to 10 minutes per prefill on the shared 2-core CPU
-(by its load), and there the full cache itself fails the bar: a sweep of 5 depths and
-3 budgets, stopped after 6 keys, read 0.74 of the answer with the full cache
-(``benchmarks/results/11_sparse_attention_memory_n4096.json``, committed with its
-machine; ``run`` reports its records, marked as saying nothing), and a sweep at 2,048
-tokens, stopped after 6 keys, read 0.88 (``..._memory_n2048.json``, likewise). Read by
-hand (one plain forward per key, teacher-forced), the full cache's misses at 2,048 are
-the space before the digits ('\\n', ' a', ' the' instead of ' ') on 3 of 5 keys, with all
-30 digits right; at 4,096 it also misses 3 of the first 24 digits. Scoring the digits
-alone would likely make 2,048 a valid length; it needs every sweep measured again. The
-ranking is measured at 1,024 tokens, where the full cache passes, and it needs ``len(DEPTHS) * TRIALS``
-prefills, so ``make bench`` (``run``) reads the committed file
-``benchmarks/results/11_sparse_attention_memory.json`` for its memory records unless
-``BENCH_11_MEASURE=1``; refresh it with
+What is scored, and at which length, was chosen from the full cache's own answers, never from a
+policy's:
 
-    nice .venv/bin/python -m benchmarks.bench_11_sparse_attention --write
+- only the six digits. The answer opens with the space before them, and the full cache
+  missed that space on 3 of 5 keys at 2,048 tokens ('\\n', ' a', ' the') while it got
+  all 30 digits right: the space measures how the text phrases a number, not whether the
+  needle is remembered (:func:`digit_accuracy`);
+- 2,048 tokens. There the full cache reads the digits at the bar or above; at 4,096 it
+  does not (a pass key of this 135M model fades with distance, although its declared
+  context is 8,192), so ``--long`` measures the full cache alone at 4,096, to show the
+  limit, and the policies are compared at 2,048.
+
+A prefill of 2,048 tokens takes about half a minute on one core of a 2-core CPU, so
+``make bench`` (``run``) reads the committed file
+``benchmarks/results/11_sparse_attention_memory.json`` for its memory records (and
+``..._memory_n4096.json`` beside it) unless ``BENCH_11_MEASURE=1``; refresh them with
+
+    BENCH_THREADS=1 nice .venv/bin/python -m benchmarks.bench_11_sparse_attention --write
+    BENCH_THREADS=1 nice .venv/bin/python -m benchmarks.bench_11_sparse_attention --write --long
 """
 
 from __future__ import annotations
@@ -70,16 +73,16 @@ from grading.layout import BENCH_RESULTS, BUILD, ROOT
 
 RESULTS = BENCH_RESULTS / "11_sparse_attention_memory.json"
 BUILD_RESULTS = BUILD / "bench" / "11_sparse_attention_memory.json"
-# Longer sweeps, stopped early on the shared machine, sit beside it as
-# 11_sparse_attention_memory_n<N>.json: where the full cache itself falls below the
-# harness's bar, their records are reported and marked as saying nothing.
-N = 1024  # context tokens, the second occurrence included (at 4,096 the full cache fails the bar)
+# The full cache alone at N_LONG sits beside it as 11_sparse_attention_memory_n4096.json;
+# where the full cache falls below the harness's bar, the records say so.
+N = 2048  # context tokens, the answer included (at 4,096 the full cache fails the bar)
+N_LONG = 4096  # the full cache alone, to show where the model itself stops remembering
 KEY_DIGITS = 6  # the pass key: six random digits (one token each)
 NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
 QUESTION = " What is the pass key? The pass key is"
-DEPTHS = (0.1, 0.5, 0.9)  # where the first occurrence starts, as a fraction of the context before it
+DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)  # where the needle starts, as a fraction of the text around it
 TRIALS = 2  # random keys per depth
-BUDGETS = (0.25,)  # fraction of the cached tokens each policy keeps (or reads)
+BUDGETS = (0.125, 0.25, 0.5)  # fraction of the cached tokens each policy keeps (or reads)
 METHODS = ("full", "window", "kivi4", "h2o", "snapkv", "quest", "moba")
 NUM_SINK, OBS_WINDOW, POOL, PAGE, BLOCK = 4, 32, 7, 16, 64
 KIVI_BITS, KIVI_GROUP = 4, 64
@@ -266,11 +269,21 @@ def make_prompt(tok, text_ids, key, depth, n):
     asked = tok.encode(QUESTION + " " + key)  # the key's tokens as they follow the question
     assert asked[: len(question)] == question.tolist(), "the question's tokens change with the key"
     digits = torch.tensor(asked[len(question):])
+    assert [tok.decode([t]) for t in digits[-KEY_DIGITS:].tolist()] == list(key), "each digit is one token"
     filler = text_ids[: n - len(needle) - len(question) - len(digits)]
     at = int(depth * len(filler))
     context = torch.cat([filler[:at], needle, filler[at:], question[:-1]])  # (n - 1 - digits,)
     answer = torch.cat([question[-1:], digits])  # (1 + digits,)
     return context[None], answer[None]
+
+
+def digit_accuracy(logits, answer) -> float:
+    """Greedy next-token accuracy on the key's digits, the answer's last ``KEY_DIGITS``
+    tokens (teacher-forced): logits (1, T, V) of the answer (1, T). The space before the
+    digits is not scored: it is the text's choice how a number follows "is" (the full
+    cache answers '\\n' or ' the' there), not something the needle holds."""
+    predicted = logits[0, -KEY_DIGITS - 1 : -1].argmax(-1)  # (KEY_DIGITS,) the next token at each digit
+    return (predicted == answer[0, -KEY_DIGITS:]).double().mean().item()
 
 
 def measure(n=N, depths=DEPTHS, trials=TRIALS, budgets=BUDGETS, methods=METHODS, log=print, checkpoint=None) -> dict:
@@ -300,7 +313,7 @@ def measure(n=N, depths=DEPTHS, trials=TRIALS, budgets=BUDGETS, methods=METHODS,
                 for b in budgets if m != "full" else budgets[:1]:
                     budget = int(b * context.shape[1])
                     logits = read_span(model, sol, layers, second, m, budget)
-                    hits = (logits[0, :-1].argmax(-1) == second[0, 1:]).double().mean().item()
+                    hits = digit_accuracy(logits, second)
                     for bb in budgets if m == "full" else [b]:
                         acc[m][str(bb)][di].append(hits)
             shown = "0.25" if "0.25" in acc["full"] else str(budgets[0])
@@ -350,6 +363,8 @@ def memory_records(results) -> list[Record]:
     recs = [Record(f"evict.copy_acc_full_n{n}", avg["full"], "acc", ">= 0.9", note=note)]
     if not valid:
         note = "the full cache fails the harness's bar at this length, so this says nothing; " + note
+    if not all(m in avg for m in METHODS):
+        return recs  # a sweep of the full cache alone (N_LONG)
     for m in METHODS[1:]:
         extra = f"; {results['kivi_bytes_fraction']:.0%} of the fp16 bytes" if m == "kivi4" else ""
         recs.append(Record(f"evict.copy_acc_{m}_b25_n{n}", avg[m], "acc", "report", note=note + extra))
@@ -422,19 +437,34 @@ def run() -> list[Record]:
     else:
         return recs  # no committed sweep yet: the memory records need BENCH_11_MEASURE=1
     recs += memory_records(results)
-    for longer in sorted(BENCH_RESULTS.glob("11_sparse_attention_memory_n*.json")):  # 2K and 4K, stopped early
+    for longer in sorted(BENCH_RESULTS.glob("11_sparse_attention_memory_n*.json")):  # the full cache at 4K
         other = json.loads(longer.read_text())
         if other["n"] != results["n"]:
             recs += memory_records(other)
     return recs
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> None:
+    """``--write``: into benchmarks/results (else _build/bench); ``--long``: the full
+    cache alone at N_LONG tokens, into ``..._n4096.json``. The file is rewritten after
+    every key, so a sweep stopped early keeps what it measured (``"complete": false``)."""
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
-    results = measure()
-    target = RESULTS if "--write" in sys.argv else BUILD_RESULTS
+    folder = BENCH_RESULTS if "--write" in argv else BUILD_RESULTS.parent
+    if "--long" in argv:
+        target, kwargs = folder / f"11_sparse_attention_memory_n{N_LONG}.json", {"n": N_LONG, "methods": ("full",)}
+    else:
+        target, kwargs = folder / RESULTS.name, {}
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(results, indent=1) + "\n")
+
+    def checkpoint(results):
+        target.write_text(json.dumps(results, indent=1) + "\n")
+
+    results = measure(**kwargs, checkpoint=checkpoint)
+    checkpoint(results)
     print(f"wrote {target.relative_to(ROOT)}")
     for r in memory_records(results):
         print(f"{r.name:<44} {r.value:.4g} {r.goal} {r.note}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
