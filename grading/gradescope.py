@@ -77,8 +77,11 @@ def chapter_packages(chapter) -> set[str]:
 
     pattern = re.compile(_USES.format("|".join(CHAPTER_PACKAGES)), re.M)
     texts = [p.read_text(encoding="utf-8") for p in chapter_files(chapter)]
-    if any("nb.service(" in text for text in texts):  # grading.services names its packages by string
-        texts.append((ROOT / "grading" / "services.py").read_text(encoding="utf-8"))
+    # grading.services names its packages by string: the targets of the services called.
+    from grading.services import SERVICES
+
+    called = {m.group(1) for text in texts for m in re.finditer(r"""\.service\(\s*["']([\w.]+)["']""", text)}
+    texts += [f'"{SERVICES[name]}"' for name in sorted(called) if name in SERVICES]
     notebook = nbformat.read(chapter.exercise, as_version=4)
     texts += [c.source for c in notebook.cells if c.cell_type == "code"]
     return {name for text in texts for m in pattern.finditer(text) for name in m.groups() if name}

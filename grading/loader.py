@@ -113,6 +113,13 @@ class LoadedNotebook:
             raise CellDidNotRun(item, self.name, self.errors)
         raise AttributeError(f"{self.name} does not define `{item}` (no cell defines it)")
 
+    def service(self, name: str, *args, timeout: float | None = None):
+        """``grading.services`` ``name`` on this notebook, in this process (make bench's
+        in-process baseline; the judge's proxy runs it in the contestant)."""
+        from grading import services
+
+        return services.run(self, name, *args)
+
     def has(self, item: str) -> bool:
         return item in self.module.__dict__
 

@@ -480,6 +480,13 @@ def test_fork_copy_on_write(nb, prefix):
     tables = [cache.block_tables[s] for s in ("p", "a", "b")]
     if not tables[0] == tables[1] == tables[2]:
         raise GradingFailure(f"after two forks the three block tables must be the same pages; got {tables}")
+    # The contract itself, whatever append does (the student's may build a new list each
+    # time, which would hide a shared one): each fork has a block-table list of its own.
+    for child in ("a", "b"):
+        if nb.service("chapter02.tables_shared", cache, "p", child):
+            raise GradingFailure(f"after fork(p -> {child}), block_tables[{child!r}] is block_tables['p'], one "
+                                 "list: a page appended to either would appear in both. fork must give the child "
+                                 "a new list with the same page ids")
     for op in [("append", "a", 1), ("append", "b", 1), ("append", "p", 3), ("append", "a", 5), ("free", "p"),
                ("append", "b", 2), ("free", "a"), ("free", "b")]:
         apply_op(nb, cache, model, tokens, op, history)
