@@ -55,6 +55,16 @@ ROWS: list[tuple[tuple[str, ...], str]] = [
     (("cp.max_abs_err_p4",), "fp32 ring on 4 gloo processes vs dense fp64"),
     (("cp.zigzag_imbalance", "cp.contiguous_imbalance"), "P=4, N=4096"),
     (("cp.bytes_formula_vs_actual",), ""),
+    (("sparse.quest_bound_violations",), "keys above their page's bound, negative queries included"),
+    (("sparse.quest_decode_speedup_n32k_b2k",), "dense paged decode / Quest reading 2K of 32K tokens"),
+    (("evict.copy_acc_full_n2048", "evict.copy_acc_full_n4096"),
+     "pass-key digits read with the full cache, at 2,048 and 4,096 tokens (the bar: 0.9)"),
+    (("evict.copy_acc_kivi4_b25_n2048", "evict.copy_acc_quest_b25_n2048", "evict.copy_acc_moba_b25_n2048",
+      "evict.copy_acc_h2o_b25_n2048", "evict.copy_acc_snapkv_b25_n2048", "evict.copy_acc_window_b25_n2048"),
+     "at a quarter of 2,048 tokens: INT4 KIVI, Quest, untrained MoBA, H2O, SnapKV, sinks + window"),
+    (("evict.snapkv_over_window_b25_n2048",), ""),
+    (("release.reference_source_lines", "release.zip_mib"), "the student edition: reference code shipped; zip size"),
+    (("release.diagnose_recall", "release.false_diagnoses"), "catalogue bugs named as themselves from the release"),
 ]
 
 
