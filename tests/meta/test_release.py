@@ -180,34 +180,30 @@ def test_catalogue_sample_is_rejected_from_the_release(stem, tmp_path):
         assert done.returncode == 1, f"{bug.name} passes from the release\n" + done.stdout[-3000:]
 
 
-@needs_release
-@pytest.mark.timeout(CHAPTER_TIMEOUT_S)
-def test_a_failing_dependency_is_named_first(tmp_path):
-    """Issue 26: the release grades a chapter as a whole (no reference to swap in), so 5.5
-    runs the student's own online_update; with 5.2's mistake in it, 5.5's failure says
-    first that 5.2 fails its own tests."""
-    stem = "05_flash_attention"
-    bug = next(b for b in load_catalogue(stem) if b.name == "accumulator_not_rescaled")
-    nbformat.write(bug.apply(nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4)), tmp_path / f"{stem}.ipynb")
-    done = _graded_from_release(stem, tmp_path, "-m", "ex5_2 or ex5_5")
-    assert done.returncode == 1, done.stdout[-3000:]
-    assert "5.5 calls your `online_update` (5.2), which fails its own tests: fix 5.2 first." in done.stdout, \
-        done.stdout[-4000:]
+# (chapter, the catalogue bug put in, the exercises graded, the line the failure opens with)
+DEPENDENCY_CASES = [
+    # 5.5's code calls the student's online_update (5.2).
+    ("05_flash_attention", "accumulator_not_rescaled", "ex5_2 or ex5_5",
+     "5.5 calls your `online_update` (5.2), which fails its own tests: fix 5.2 first."),
+    # 2.5's fork tests append with the student's append (2.3), which fork's code never calls.
+    ("02_paged_kv_cache", "append_replaces_pages", "ex2_3 or ex2_5",
+     "2.5's test calls your `append` (2.3), which fails its own tests: fix 2.3 first."),
+]
 
 
 @needs_release
 @pytest.mark.timeout(CHAPTER_TIMEOUT_S)
-def test_a_dependency_the_test_drives_is_named_first(tmp_path):
-    """A test of one exercise may drive another's function itself: 2.5's fork tests append
-    with the student's own append (2.3). With 2.3's mistake in it, 2.5's failure names 2.3
-    first, though fork's code never calls append."""
-    stem = "02_paged_kv_cache"
-    bug = next(b for b in load_catalogue(stem) if b.name == "append_replaces_pages")
+@pytest.mark.parametrize("stem,bug_name,marker,first_line", DEPENDENCY_CASES, ids=[c[1] for c in DEPENDENCY_CASES])
+def test_a_failing_dependency_is_named_first(tmp_path, stem, bug_name, marker, first_line):
+    """Issue 26: the release grades a chapter as a whole (no reference to swap in), so an
+    exercise runs the student's own functions of the others, through its code or through
+    its test; with a mistake in one of them, the other's failure says first which one
+    fails its own tests."""
+    bug = next(b for b in load_catalogue(stem) if b.name == bug_name)
     nbformat.write(bug.apply(nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4)), tmp_path / f"{stem}.ipynb")
-    done = _graded_from_release(stem, tmp_path, "-m", "ex2_3 or ex2_5")
+    done = _graded_from_release(stem, tmp_path, "-m", marker)
     assert done.returncode == 1, done.stdout[-3000:]
-    assert "2.5's test calls your `append` (2.3), which fails its own tests: fix 2.3 first." in done.stdout, \
-        done.stdout[-4000:]
+    assert first_line in done.stdout, done.stdout[-4000:]
 
 
 def test_recorded_values_keep_dtypes_numpy_lacks():
