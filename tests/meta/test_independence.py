@@ -268,4 +268,9 @@ def test_the_swap_reaches_every_gloo_rank():
     assert [r.status for r in with_swap] == ["ok", "ok"], [r.message for r in with_swap]
     assert torch.equal(with_swap[1].calls[0].value[1], lse)
     without = run_on_ranks(CH10.exercise, "merge_attention", 2, calls, alone=None)
-    assert [r.status for r in without] == ["not implemented"] * 2
+    # Without the swap each rank reaches the stub. The first rank to raise leaves the gloo
+    # group, and its peer, still inside a collective, may die of the closed connection
+    # instead (seen once in CI on a loaded 2-core machine): a crash is no answer, an ok is.
+    statuses = [r.status for r in without]
+    assert "not implemented" in statuses and set(statuses) <= {"not implemented", "crashed"}, \
+        [r.message for r in without]
