@@ -172,10 +172,14 @@ def child_uid():
 
 
 @functools.lru_cache(maxsize=1)
+def _process_lease() -> UidLease:
+    return UidLease()  # kept by the cache, so the lease is held as long as this process lives
+
+
 def process_uid() -> int | None:
     """This process's own uid for the contestants it starts, held until it exits (root only;
     else None): what a pytest run's judge uses when no batch gave it one."""
-    return UidLease().uid if _as_root() else None
+    return _process_lease().uid if _as_root() else None
 
 
 def _within(path: Path, folder: Path) -> bool:
