@@ -73,7 +73,9 @@ def recall(stems: list[str] | None = None, log=print) -> tuple[int, int, list[st
         for bug in mine:
             with tempfile.TemporaryDirectory(prefix="release-bug-") as tmp:
                 out = _graded_from_release(chapter.stem, bug, Path(tmp))
-            named = {name for name, row in table.items() if f"{KNOWN}{row['hint'].rstrip('.')}" in out}
+            # The message ends the hint with a full stop: without it, one hint that begins another
+            # ("... of the scores", "... of the scores in dQ") would be found in both.
+            named = {name for name, row in table.items() if f"{KNOWN}{row['hint'].rstrip('.')}." in out}
             found += bug.name in named
             if bug.name not in named:
                 missed.append(f"{chapter.stem[:2]}/{bug.name}")

@@ -162,7 +162,7 @@ BUGS = [
     Bug("decode_scale_applied_twice", "5.7", "scales the queries by 1/sqrt(d) and the scores again",
         old="s = torch.bmm(rows, k_part.to(dtype).transpose(-1, -2))", new="s = torch.bmm(rows, k_part.to(dtype).transpose(-1, -2)) * scale",
         tests="split_kv_decode"),
-    Bug("decode_gqa_heads_mixed_up", "5.7", "sends query head h to KV head h % H_kv instead of h // G",
+    Bug("decode_gqa_heads_mixed_up", "5.7", "sends the decode's query head h to KV head h % H_kv instead of h // G",
         old="q_rows = q.reshape(P, G, d)", new="q_rows = q.reshape(B, G, H_kv, d).transpose(1, 2).reshape(P, G, d)",
         tests="split_kv_decode"),
     Bug("decode_tail_misaligned", "5.7", "takes the short last chunk from the wrong end of the cache (the first keys again)",

@@ -88,6 +88,17 @@ def test_every_chapter_has_a_table_for_exactly_its_catalogue(chapter):
 
 
 @pytest.mark.parametrize("chapter", discover_chapters(), ids=lambda c: c.stem)
+def test_every_hint_of_a_chapter_says_something_no_other_hint_says(chapter):
+    """Two bugs with one hint would print the same "known mistake", so the student (and
+    ``make bench``'s count of false diagnoses) could not tell which was meant."""
+    hints = {}
+    for name, entry in diagnosis.load_table(chapter.stem).items():
+        hint = entry["hint"].rstrip(".")
+        assert hint not in hints, f"{name} and {hints.get(hint)} share the hint {hint!r}"
+        hints[hint] = name
+
+
+@pytest.mark.parametrize("chapter", discover_chapters(), ids=lambda c: c.stem)
 def test_every_exercise_is_sent_to_the_section_that_teaches_it(chapter):
     """SECTIONS in the catalogue names an existing section for every exercise of the chapter."""
     exercises = set(substitute.owned_names(chapter.exercise).values())
