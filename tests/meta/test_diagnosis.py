@@ -47,6 +47,18 @@ def test_a_match_needs_the_same_output_on_every_failing_case_and_the_same_passes
     assert diagnosis.matches(TABLE, "9.1", {"t.py::x[1]": None}, set()) == []
 
 
+def test_a_wrong_tensor_is_matched_relative_to_its_largest_value():
+    """A bug whose output grows to thousands rounds its small entries at that scale:
+    another CPU's kernels move them by more than the grader's atol, and the match holds."""
+    bug = {"kind": "close", "check": "f: out", "shape": [3], "values": [4333.0, 0.2982, -0.1306],
+           "atol": 1e-4, "rtol": 1e-4}
+    other_cpu = {**bug, "values": [4333.0004, 0.2982 + 4.9e-4, -0.1306]}
+    assert diagnosis.same(other_cpu, bug)
+    assert not diagnosis.same({**bug, "values": [4333.0, 0.2982 + 0.5, -0.1306]}, bug)
+    small = {**bug, "values": [0.5, 0.25, 0.125]}
+    assert not diagnosis.same({**small, "values": [0.5, 0.25 + 4.9e-4, 0.125]}, small)
+
+
 def test_a_case_the_table_never_ran_for_a_bug_neither_confirms_nor_rules_it_out():
     """The proof runs a bug on the tests that reach it; a student (and the student edition,
     where a mistake also fails the cases built on it) meets more. Those cases are unknown
