@@ -2,16 +2,17 @@
 
 *The memory harness.* A pass key of ``KEY_DIGITS`` random digits is stated, in a
 paragraph of its own, at depth ``D`` of a long English text (Chapter 8's), and the
-context ends with a question about it, ``N`` tokens in all. The model (SmolLM2-135M, our decode loop's weights) reads the
-context, question included, with the full cache (one prefill, attention by PyTorch's
-fused causal kernel), and then each cache policy is applied to what it cached, layer by
-layer and KV head by KV head, at a budget of a fraction of the cached tokens (as
-eviction is used: after the prompt). The answer (the question's last token and the
-key) is then read through each policy's cache, and the score is the model's greedy
-next-token accuracy on the key's digits, teacher-forced: a model that no longer sees
-the needle can only guess (one in ten). The full cache must reach ``>= 0.9`` first, or
-the harness says nothing. (A random span of text tokens repeated at the end was tried
-first: the full cache copied only 0.78 of it, below the harness's own bar.)
+context ends with a question about it, ``N`` tokens in all. The model (SmolLM2-135M, our
+decode loop's weights) reads the context, question included, with the full cache (one
+prefill, attention by PyTorch's fused causal kernel), and then each cache policy is
+applied to what it cached, layer by layer and KV head by KV head, at a budget of a
+fraction of the cached tokens (as eviction is used: after the prompt). The answer (the
+question's last token and the key) is then read through each policy's cache, and the
+score is the model's greedy next-token accuracy on the key's digits, teacher-forced: a
+model that no longer sees the needle can only guess (one in ten). The full cache must
+reach ``>= 0.9`` first, or the harness says nothing. (A random span of text tokens
+repeated at the end was tried first: the full cache copied only 0.78 of it, below the
+harness's own bar.)
 
 Policies (all from Chapter 11's solutions except the two of earlier chapters):
 
@@ -41,12 +42,13 @@ policy's:
   needle is remembered (:func:`digit_accuracy`);
 - the needle as a paragraph of its own (``NEEDLE``, with the question likewise set
   apart). Run into the text's sentences ("... of the text. The pass key is 147560.
-  Remember it. ..."), the full cache read 0.88 of the digits at 4,096 tokens (0.67 at
-  the depths 0.1 and 0.3, 10 keys, 2026-12-02): at the far depths it answered the first
-  digit with the text's own guess, a ``1``, and the second with ``.``, and then copied
-  the rest. Set apart by blank lines it read every digit of 9 keys at the depths 0.1,
-  0.3 and 0.5 (the same keys), so the harness runs at the 4,096 tokens the chapter asks
-  for.
+  Remember it. ..."), the full cache read 0.88 of the digits at 4,096 tokens (0.75 and
+  0.67 at the depths 0.1 and 0.3; 10 keys, 2026-12-02, kept as
+  ``11_sparse_attention_memory_n4096_inline_needle.json`` for the chapter to quote): at
+  the far depths it answered the first digit with the text's own guess, a ``1``, and
+  the second with ``.``, and then copied the rest. Set apart by blank lines it read
+  every digit of 9 keys at the depths 0.1, 0.3 and 0.5 (the same keys), so the harness
+  runs at the 4,096 tokens the chapter asks for.
 
 A prefill of 4,096 tokens, with the H2O scores and the log-sum-exps the policies need,
 takes about a minute on a 2-core CPU, so ``make bench`` (``run``) reads the committed
