@@ -1,17 +1,18 @@
 """``make bench`` records of Chapter 11: what each cache policy remembers, and Quest's bound and speed.
 
-*The memory harness.* A pass key of ``KEY_DIGITS`` random digits is stated at depth
-``D`` of a long English text (Chapter 8's), and the context ends with a question about
-it, ``N`` tokens in all. The model (SmolLM2-135M, our decode loop's weights) reads the
-context, question included, with the full cache (one prefill, attention by PyTorch's
-fused causal kernel), and then each cache policy is applied to what it cached, layer by
-layer and KV head by KV head, at a budget of a fraction of the cached tokens (as
-eviction is used: after the prompt). The answer (the question's last token and the
-key) is then read through each policy's cache, and the score is the model's greedy
-next-token accuracy on the key's digits, teacher-forced: a model that no longer sees
-the needle can only guess (one in ten). The full cache must reach ``>= 0.9`` first, or
-the harness says nothing. (A random span of text tokens repeated at the end was tried
-first: the full cache copied only 0.78 of it, below the harness's own bar.)
+*The memory harness.* A pass key of ``KEY_DIGITS`` random digits is stated, in a
+paragraph of its own, at depth ``D`` of a long English text (Chapter 8's), and the
+context ends with a question about it, ``N`` tokens in all. The model (SmolLM2-135M, our
+decode loop's weights) reads the context, question included, with the full cache (one
+prefill, attention by PyTorch's fused causal kernel), and then each cache policy is
+applied to what it cached, layer by layer and KV head by KV head, at a budget of a
+fraction of the cached tokens (as eviction is used: after the prompt). The answer (the
+question's last token and the key) is then read through each policy's cache, and the
+score is the model's greedy next-token accuracy on the key's digits, teacher-forced: a
+model that no longer sees the needle can only guess (one in ten). The full cache must
+reach ``>= 0.9`` first, or the harness says nothing. (A random span of text tokens
+repeated at the end was tried first: the full cache copied only 0.78 of it, below the
+harness's own bar.)
 
 Policies (all from Chapter 11's solutions except the two of earlier chapters):
 
@@ -39,18 +40,22 @@ policy's:
   missed that space on 3 of 5 keys at 2,048 tokens ('\\n', ' a', ' the') while it got
   all 30 digits right: the space measures how the text phrases a number, not whether the
   needle is remembered (:func:`digit_accuracy`);
-- 2,048 tokens. There the full cache reads the digits at the bar or above; at 4,096 it
-  does not (a pass key of this 135M model fades with distance, although its declared
-  context is 8,192), so ``--long`` measures the full cache alone at 4,096, to show the
-  limit, and the policies are compared at 2,048.
+- the needle as a paragraph of its own (``NEEDLE``, with the question likewise set
+  apart). Run into the text's sentences ("... of the text. The pass key is 147560.
+  Remember it. ..."), the full cache read 0.88 of the digits at 4,096 tokens (0.75 and
+  0.67 at the depths 0.1 and 0.3; 10 keys, 2026-12-02, kept as
+  ``11_sparse_attention_memory_n4096_inline_needle.json`` for the chapter to quote): at
+  the far depths it answered the first digit with the text's own guess, a ``1``, and
+  the second with ``.``, and then copied the rest. Set apart by blank lines it read
+  every digit of 9 keys at the depths 0.1, 0.3 and 0.5 (the same keys), so the harness
+  runs at the 4,096 tokens the chapter asks for.
 
-A prefill of 2,048 tokens takes about half a minute on one core of a 2-core CPU, so
-``make bench`` (``run``) reads the committed file
-``benchmarks/results/11_sparse_attention_memory.json`` for its memory records (and
-``..._memory_n4096.json`` beside it) unless ``BENCH_11_MEASURE=1``; refresh them with
+A prefill of 4,096 tokens, with the H2O scores and the log-sum-exps the policies need,
+takes about a minute on a 2-core CPU, so ``make bench`` (``run``) reads the committed
+file ``benchmarks/results/11_sparse_attention_memory.json`` for its memory records
+unless ``BENCH_11_MEASURE=1``; refresh it with
 
-    BENCH_THREADS=1 nice .venv/bin/python -m benchmarks.bench_11_sparse_attention --write
-    BENCH_THREADS=1 nice .venv/bin/python -m benchmarks.bench_11_sparse_attention --write --long
+    nice .venv/bin/python -m benchmarks.bench_11_sparse_attention --write
 """
 
 from __future__ import annotations
@@ -73,13 +78,12 @@ from grading.layout import BENCH_RESULTS, BUILD, ROOT
 
 RESULTS = BENCH_RESULTS / "11_sparse_attention_memory.json"
 BUILD_RESULTS = BUILD / "bench" / "11_sparse_attention_memory.json"
-# The full cache alone at N_LONG sits beside it as 11_sparse_attention_memory_n4096.json;
-# where the full cache falls below the harness's bar, the records say so.
-N = 2048  # context tokens, the answer included (at 4,096 the full cache fails the bar)
-N_LONG = 4096  # the full cache alone, to show where the model itself stops remembering
+N = 4096  # context tokens, the answer included
 KEY_DIGITS = 6  # the pass key: six random digits (one token each)
-NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
-QUESTION = " What is the pass key? The pass key is"
+# A paragraph of its own: run into the text's sentences, the needle was not read back
+# at 4,096 tokens by the full cache itself (module docstring).
+NEEDLE = "\n\nImportant: the pass key is {key}. Remember it. {key} is the pass key.\n\n"
+QUESTION = "\n\nWhat is the pass key? The pass key is"
 DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)  # where the needle starts, as a fraction of the text around it
 TRIALS = 2  # random keys per depth
 BUDGETS = (0.125, 0.25, 0.5)  # fraction of the cached tokens each policy keeps (or reads)
@@ -364,7 +368,7 @@ def memory_records(results) -> list[Record]:
     if not valid:
         note = "the full cache fails the harness's bar at this length, so this says nothing; " + note
     if not all(m in avg for m in METHODS):
-        return recs  # a sweep of the full cache alone (N_LONG)
+        return recs  # a sweep of some methods only (measure(methods=...))
     for m in METHODS[1:]:
         extra = f"; {results['kivi_bytes_fraction']:.0%} of the fp16 bytes" if m == "kivi4" else ""
         recs.append(Record(f"evict.copy_acc_{m}_b25_n{n}", avg[m], "acc", "report", note=note + extra))
@@ -436,30 +440,21 @@ def run() -> list[Record]:
         results = json.loads(RESULTS.read_text())
     else:
         return recs  # no committed sweep yet: the memory records need BENCH_11_MEASURE=1
-    recs += memory_records(results)
-    for longer in sorted(BENCH_RESULTS.glob("11_sparse_attention_memory_n*.json")):  # the full cache at 4K
-        other = json.loads(longer.read_text())
-        if other["n"] != results["n"]:
-            recs += memory_records(other)
-    return recs
+    return recs + memory_records(results)
 
 
 def main(argv: list[str]) -> None:
-    """``--write``: into benchmarks/results (else _build/bench); ``--long``: the full
-    cache alone at N_LONG tokens, into ``..._n4096.json``. The file is rewritten after
-    every key, so a sweep stopped early keeps what it measured (``"complete": false``)."""
+    """``--write``: into benchmarks/results (else _build/bench). The file is rewritten
+    after every key, so a sweep stopped early keeps what it measured (``"complete": false``)."""
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     folder = BENCH_RESULTS if "--write" in argv else BUILD_RESULTS.parent
-    if "--long" in argv:
-        target, kwargs = folder / f"11_sparse_attention_memory_n{N_LONG}.json", {"n": N_LONG, "methods": ("full",)}
-    else:
-        target, kwargs = folder / RESULTS.name, {}
+    target = folder / RESULTS.name
     target.parent.mkdir(parents=True, exist_ok=True)
 
     def checkpoint(results):
         target.write_text(json.dumps(results, indent=1) + "\n")
 
-    results = measure(**kwargs, checkpoint=checkpoint)
+    results = measure(checkpoint=checkpoint)
     checkpoint(results)
     print(f"wrote {target.relative_to(ROOT)}")
     for r in memory_records(results):
