@@ -176,3 +176,104 @@ def gpu_triton(path: Path = GPU_07_FILE) -> dict:
                      f"{row['ratio']:.2f} | {of_peak} | {row['config']} |")
     return {"about": [f"measured {res['date']} on {res['gpu']} (torch {res['torch']}, triton {res['triton']}, "
                       f"CUDA {res['cuda']})"], "table": "\n".join(lines)}
+
+
+# Chapter 11: what each cache remembers (benchmarks/bench_11_sparse_attention.py --write).
+MEMORY_FILE = BENCH_RESULTS / "11_sparse_attention_memory.json"
+# The same harness with the needle run into the text's sentences, the full cache alone.
+INLINE_NEEDLE_FILE = BENCH_RESULTS / "11_sparse_attention_memory_n4096_inline_needle.json"
+MEMORY_METHODS = {
+    "full": "full cache",
+    "window": "sinks + window (Ch. 4)",
+    "kivi4": "INT4 KIVI (Ch. 3)",
+    "h2o": "H2O",
+    "snapkv": "SnapKV",
+    "quest": "Quest (pages of 16)",
+    "moba": "MoBA gate, untrained",
+}
+MEMORY_BUDGET = "0.25"  # the budget the page compares methods at: a quarter of the tokens
+HARNESS_BAR = 0.9  # the full cache's accuracy below which the harness says nothing
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def memory_harness(path: Path = MEMORY_FILE, inline: Path = INLINE_NEEDLE_FILE) -> dict:
+    """Chapter 11's pass-key sweep: ``about`` (lines on the run and the ranking at a quarter
+    of the tokens), ``data`` (the file, None without one), ``table`` (Markdown: accuracy per
+    depth and the mean, per method, at a quarter of the tokens), ``budgets`` (Markdown: the
+    mean over depths per budget) and ``glue``: ``acc_<m>`` (the mean at a quarter),
+    ``acc_<m>_b<budget x 1000>``, ``acc_<m>_d<depth x 100>`` (at a quarter),
+    ``harness_n``, ``harness_keys``, ``snapkv_over_window``, ``inline_full`` and
+    ``inline_keys``, as text. Raises ValueError when the full cache fails the harness's
+    own bar (0.9): the page says the harness is valid, so its build stops."""
+    data = json.loads(path.read_text()) if path.exists() else None
+    glue = {f"acc_{m}": NOT_MEASURED for m in MEMORY_METHODS}
+    glue |= {"harness_n": NOT_MEASURED, "harness_keys": "0", "snapkv_over_window": NOT_MEASURED}
+    out = {"data": data, "names": MEMORY_METHODS, "about": [], "table": "", "budgets": "", "glue": glue}
+    inline_digits = []
+    if inline.exists():
+        by_key = json.loads(inline.read_text())["trials_accuracy"]["full"][MEMORY_BUDGET]
+        inline_digits = [x for at_depth in by_key for x in at_depth]
+    glue["inline_keys"] = str(len(inline_digits))
+    glue["inline_full"] = f"{_mean(inline_digits):.2f}" if inline_digits else NOT_MEASURED
+    if data is None:
+        out["about"].append("No measurement is committed yet: run `.venv/bin/python -m "
+                            "benchmarks.bench_11_sparse_attention --write`, and rebuild the book.")
+        return out
+
+    acc, depths = data["accuracy"], data["depths"]
+    have = [m for m in MEMORY_METHODS if m in acc]
+    mean = {m: _mean(acc[m][MEMORY_BUDGET]) for m in have}
+    if mean["full"] < HARNESS_BAR:
+        raise ValueError(f"the full cache reads {mean['full']:.2f}: the harness fails its bar, {HARNESS_BAR}")
+    ranked = sorted((m for m in have if m != "full"), key=lambda m: -mean[m])
+    out["about"] += [
+        f"measured {data['date']} on {data['machine']}",
+        f"{data['model']}; n = {data['n']:,} tokens, a pass key of {data['key_digits']} digits, "
+        f"{data['trials']} keys per depth",
+        f"INT4 KIVI keeps every token at {data['kivi_bytes_fraction']:.0%} of the fp16 bytes",
+        "ranked at a quarter of the tokens: " + " > ".join(MEMORY_METHODS[m] for m in ranked),
+    ]
+    depth_cells = " | ".join(f"D = {d:g}" for d in depths)
+    lines = [f"| method, 25% budget | {depth_cells} | mean |", "| --- |" + " ---: |" * (len(depths) + 1)]
+    lines += [f"| {MEMORY_METHODS[m]} | " + " | ".join(f"{v:.2f}" for v in acc[m][MEMORY_BUDGET])
+              + f" | {mean[m]:.2f} |" for m in have]
+    out["table"] = "\n".join(lines)
+    budgets = [str(b) for b in data["budgets"]]
+    lines = ["| method, mean over depths | " + " | ".join(f"{float(b):.1%} kept" for b in budgets) + " |",
+             "| --- |" + " ---: |" * len(budgets)]
+    lines += [f"| {MEMORY_METHODS[m]} | " + " | ".join(f"{_mean(acc[m][b]):.2f}" for b in budgets) + " |"
+              for m in have]
+    out["budgets"] = "\n".join(lines)
+
+    for m in have:
+        glue[f"acc_{m}"] = f"{mean[m]:.2f}"
+        for b in budgets:
+            glue[f"acc_{m}_b{round(float(b) * 1000)}"] = f"{_mean(acc[m][b]):.2f}"
+        for d, value in zip(depths, acc[m][MEMORY_BUDGET]):
+            glue[f"acc_{m}_d{round(d * 100)}"] = f"{value:.2f}"
+    glue["harness_n"] = f"{data['n']:,}"
+    glue["harness_keys"] = str(data["trials"] * len(depths))
+    if "snapkv" in mean and mean.get("window"):
+        glue["snapkv_over_window"] = f"{mean['snapkv'] / mean['window']:.1f}"
+    return out
+
+
+def memory_harness_figure(summary: dict):
+    """Accuracy against depth at a quarter of the tokens, one line per method, the legend
+    below the axes (a phone shows a figure about 310 px wide). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    data = summary["data"]
+    fig, ax = plt.subplots(figsize=(5, 5.6))
+    for m, label in summary["names"].items():
+        if m in data["accuracy"]:
+            ax.plot(data["depths"], data["accuracy"][m][MEMORY_BUDGET], "o-", ms=4, label=label)
+    ax.set_xlabel("depth of the needle (fraction of the text)")
+    ax.set_ylabel("accuracy on the key's digits")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title("What each cache remembers\nat 25% of the tokens")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    return fig
