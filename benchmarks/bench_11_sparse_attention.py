@@ -72,7 +72,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.records import Record, median_ratio, paired_times
-from benchmarks.results import cpu_model
+from benchmarks.results import machine
 from benchmarks.solutions import load_solutions
 from grading.layout import BENCH_RESULTS, BUILD, ROOT
 
@@ -93,9 +93,13 @@ KIVI_BITS, KIVI_GROUP = 4, 64
 
 
 def _machine() -> str:
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    isa = "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "no AVX2")
-    return f"{cpu_model()}, {os.cpu_count()} CPUs, {isa}, torch {torch.__version__} (CPU), {torch.get_num_threads()} threads"
+    """The CPU as the results files name it (family, model number and stepping tell two
+    CPUs of one brand apart), its cores and ISA, torch and its threads."""
+    m = machine(torch.get_num_threads())
+    isa = "AVX-512" if "avx512f" in m["cpu_flags"] else ("AVX2" if "avx2" in m["cpu_flags"] else "no AVX2")
+    return (f"{m['cpu_model']} (family {m['cpu_family']}, model {m['cpu_model_number']}, stepping "
+            f"{m['cpu_stepping']}), {m['logical_cores']} CPUs, {isa}, torch {m['torch']} (CPU), "
+            f"{m['torch_threads']} threads")
 
 
 # -- the model, split into a prefill that records what the policies need and a chunk pass --
