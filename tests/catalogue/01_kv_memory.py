@@ -38,4 +38,6 @@ BUGS = [
         old="    if budget <= 0:\n        return 0\n", new=""),
     Bug("pages_rounded_down_per_sequence", "1.6", "rounds a sequence's pages down, losing its last partial page",
         old="-(-seq_len // page_size) * page_size", new="seq_len // page_size * page_size or page_size"),
+    Bug("convert_bytes_rounded", "1.3", "rounds the result to three decimals, as a table would print it",
+        old="return num_bytes / base**power", new="return round(num_bytes / base**power, 3)"),
 ]

@@ -168,4 +168,7 @@ BUGS = [
     Bug("decode_tail_misaligned", "5.7", "takes the short last chunk from the wrong end of the cache (the first keys again)",
         old="partial(k_groups[:, full:], v_groups[:, full:])", new="partial(k_groups[:, :N - full], v_groups[:, :N - full])",
         tests="split_kv_decode"),
+    Bug("finalize_in_float32", "5.3", "divides and takes the log in float32 whatever the inputs' dtype",
+        old="out = acc / torch.where(seen, l, 1.0)",
+        new="out = (acc.float() / torch.where(seen, l, 1.0).float()).to(acc.dtype)", tests="finalize"),
 ]

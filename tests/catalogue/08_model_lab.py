@@ -25,4 +25,7 @@ BUGS = [
         new="return (torch.logsumexp(z, dim=-1) - z.gather(1, targets[:, None])[:, 0]) / math.log(2)", tests="nll"),
     Bug("softmax_in_fp32", "8.2", "takes log(softmax) in fp32, which underflows for large logits",
         old="z = logits[:-1].double()", new="z = logits[:-1].float()", tests="nll"),
+    Bug("perplexity_mean_in_float32", "8.2", "takes the mean of the losses in float32, not in float64",
+        old="math.exp(float(nll.double().mean()))", new="math.exp(float(nll.float().mean()))",
+        tests="nll"),
 ]

@@ -130,4 +130,8 @@ BUGS = [
     Bug("indexer_pads_with_future_keys", "11.9", "fills the places a short row cannot fill with the highest-scored masked positions instead of -1",
         old="    return order.masked_fill(order == N, -1)",
         new="    return torch.sort(score, dim=-1, descending=True, stable=True).indices[..., :K].sort(dim=-1).values"),
+    Bug("h2o_scores_summed_in_float32", "11.2", "accumulates the column sums in float32 whatever q's dtype",
+        old="scores = torch.zeros(B, H, N, dtype=q.dtype)", new="scores = torch.zeros(B, H, N)"),
+    Bug("sparse_decode_out_in_float32", "11.6", "builds the output in float32 whatever q's dtype",
+        old="out = torch.zeros(B, H, d, dtype=q.dtype)  # (B, H, d)", new="out = torch.zeros(B, H, d)  # (B, H, d)"),
 ]
