@@ -28,6 +28,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from grading import wire
@@ -72,10 +73,11 @@ class Session:
 
     generation = 0
 
-    def __init__(self, spawn: Spawn, launch: Launcher):
+    def __init__(self, spawn: Spawn, launch: Launcher, answers: dict | None = None):
         Session.generation += 1
         self.generation = Session.generation
         self.launch = launch
+        self.answers = answers or {}  # the references this contestant may ask the judge to run
         try:
             self.sock, self.pid = launch.spawn()
         except ZygoteUnavailable as exc:
@@ -92,9 +94,16 @@ class Session:
         self.port = port if type(port) is int and 0 < port < 65536 else None
 
     def _answer(self, timeout: float, what: str) -> tuple[dict, bytes]:
-        self.sock.settimeout(timeout)
+        """The contestant's answer to the request sent, within ``timeout`` seconds; the
+        questions it asks meanwhile (a reference the judge runs) are answered on the way."""
+        deadline = time.monotonic() + timeout
         try:
-            return wire.receive(self.sock)
+            while True:
+                self.sock.settimeout(max(deadline - time.monotonic(), 1e-3))
+                header, buffers = wire.receive(self.sock)
+                if "ask" not in header:
+                    return header, buffers
+                self._reply_to_ask(header["ask"], buffers)
         except socket.timeout:
             self._stop(f"{what} took longer than {timeout:g} s and was stopped", ContestantTimedOut)
         except wire.ChannelClosed:
@@ -111,6 +120,50 @@ class Session:
                        ContestantBroken)
         except OSError as exc:
             self._stop(f"the channel to the notebook's process failed while {what}: {exc}", ContestantCrashed)
+
+    def _reply_to_ask(self, ask, buffers: bytes) -> None:
+        """Run the reference the contestant asks for on the plain values it sent, and send
+        back the result and the arguments the reference changed in place. A question about
+        a name this contestant may not ask is a forged message (:class:`wire.WireError`)."""
+        import torch
+
+        from grading.contestant import remote_error
+
+        if not (isinstance(ask, dict) and isinstance(ask.get("name"), str) and ask["name"] in self.answers):
+            name = ask.get("name") if isinstance(ask, dict) else None
+            raise wire.WireError(f"a question about {str(name)[:100]!r}, which the grader does not answer here")
+        name = ask["name"]
+
+        def refuse(node):
+            raise wire.RefusedValue(str(node.get("name", "object"))[:100], "it is an object of the notebook's own")
+
+        try:
+            # Lenient only in what a library function passed on may be: an allowlisted name.
+            decoder = wire.Decoder(buffers, handle=refuse, strict=False)
+            args, kwargs = decoder.decode(ask.get("args")), decoder.decode(ask.get("kwargs"))
+            if not (isinstance(args, list) and isinstance(kwargs, dict) and all(isinstance(k, str) for k in kwargs)):
+                raise wire.WireError("a question whose arguments are not a list and a dict")
+        except wire.RefusedValue as exc:
+            error = TypeError(f"`{name}` (another exercise's, answered by the grader's reference) takes plain "
+                              f"values: an argument {exc}")
+            wire.send(self.sock, {"error": remote_error(error).to_json()})
+            return
+        before = {slot: a.clone() for slot, a in _slots(args, kwargs) if isinstance(a, torch.Tensor)}
+        try:
+            value = self.answers[name](*args, **kwargs)
+        except Exception as exc:  # the reference's own error for these inputs (a ValueError it names)
+            wire.send(self.sock, {"error": remote_error(exc).to_json()})
+            return
+        encoder = wire.Encoder()
+        try:
+            changed = [[slot, encoder.encode(a)] for slot, a in _slots(args, kwargs)
+                       if isinstance(a, (list, dict)) or (slot in before and not torch.equal(before[slot], a))]
+            header = {"value": encoder.encode(value), "mutated": changed}
+        except wire.WireError as exc:
+            error = GradingFailure(f"grader error: the reference `{name}` returned what cannot be sent: {exc}")
+            wire.send(self.sock, {"error": remote_error(error).to_json()})
+            return
+        wire.send(self.sock, header, encoder.buffers)
 
     def _stop(self, why: str, cls, ended: bool = False):
         self.dead = why
@@ -150,6 +203,11 @@ class Session:
             self.dead = "closed"
             self.sock.close()
             self.launch.end(self.pid, kill=True)
+
+
+def _slots(args: list, kwargs: dict):
+    yield from enumerate(args)
+    yield from kwargs.items()
 
 
 def _indent(text: str) -> str:
@@ -330,7 +388,8 @@ class RemoteNotebook:
 
             spawn = Spawn(notebook=self.text, name=self.display, stem=self.stem, exercise=self.exercise,
                           references=substitute.reference_package(self.stem, self.exercise), **self.extra)
-            self.session = Session(spawn, self.launch or launcher(self.extra.get("env")))
+            self.session = Session(spawn, self.launch or launcher(self.extra.get("env")),
+                                   substitute.judge_answers(self.stem, self.exercise))
             self.report = self.session.report
         return self.session
 

@@ -71,7 +71,7 @@ import nbformat
 import pytest
 
 from grading.compare import GradingFailure
-from grading.layout import EXERCISES, cell_source, chapter_of_test_file
+from grading.layout import EXERCISES, TESTS, cell_source, chapter_of_test_file, exercise_of_marker
 from grading.regions import replace_regions, stub_lines
 
 STUB_RAISE = re.compile(r"raise NotImplementedError\(\s*['\"]Exercise (\d+\.\d+)\b")
@@ -95,8 +95,34 @@ def calling(reference, *names: str) -> Calling:
     return Calling(reference, names)
 
 
+@dataclass(frozen=True)
+class Beside:
+    """A reference that works on the notebook's own objects (see ``beside``)."""
+
+    reference: object
+
+
+def beside(reference) -> Beside:
+    """Declare in ``SUBSTITUTES`` that ``reference`` takes or changes objects the notebook
+    made (Chapter 2's ``append(cache, ...)`` fills the student's cache): it must run in the
+    contestant, beside them, so its source is sent there. Every other plain function is
+    answered by the judge (:func:`answered_by_judge`)."""
+    return Beside(reference)
+
+
+def answered_by_judge(name: str, reference) -> bool:
+    """Whether a contestant's call of the ``SUBSTITUTES`` entry ``name`` is answered by
+    the judge, which runs the reference on the plain values sent and sends plain values
+    back: a plain function of plain values. Methods and classes, ``beside`` and ``calling``
+    entries, and ``"package.module:function"`` names (Triton kernels, which must run where
+    the notebook's kernel runs) are sent to the contestant as source instead."""
+    return "." not in name and isinstance(reference, types.FunctionType)
+
+
 def resolve(reference):
     """The reference itself, or the object a ``"package.module:function"`` string names."""
+    if isinstance(reference, Beside):
+        reference = reference.reference
     if isinstance(reference, str):
         module, _, qualname = reference.partition(":")
         value = importlib.import_module(module)
@@ -353,21 +379,27 @@ def _graded_alone(request):
 REFERENCE_PREFIX = "tests."  # reference modules are sent as source; anything else is imported
 
 
+def _unwrapped(value):
+    """The reference a ``SUBSTITUTES`` entry names, without its ``calling``/``beside``."""
+    while isinstance(value, (Calling, Beside)):
+        value = value.reference
+    return value
+
+
 def _target(value) -> tuple[str, str]:
     """``(module, qualname)`` of a reference: a function, a class, a method, or a
     ``"package.module:function"`` string."""
+    value = _unwrapped(value)
     if isinstance(value, str):
         module, _, qualname = value.partition(":")
         return module, qualname
     return value.__module__, value.__qualname__
 
 
-def _spec(value) -> dict:
-    if isinstance(value, Calling):
-        module, qualname = _target(value.reference)
-        return {"ref": [module, qualname], "calling": list(value.names)}
+def _spec(name: str, value) -> dict:
     module, qualname = _target(value)
-    return {"ref": [module, qualname], "calling": None}
+    return {"ref": [module, qualname], "calling": list(value.names) if isinstance(value, Calling) else None,
+            "ask": answered_by_judge(name, value)}
 
 
 def _top_level_uses(tree: ast.Module) -> tuple[dict[str, ast.stmt], dict[str, set[str]]]:
@@ -381,89 +413,194 @@ def _top_level_uses(tree: ast.Module) -> tuple[dict[str, ast.stmt], dict[str, se
     return defs, uses
 
 
-def _closure(start: set[str], uses: dict[str, set[str]]) -> set[str]:
-    seen, todo = set(), list(start)
+def _closure(start: set[str], uses: dict[str, set[str]], stop: set[str] = frozenset()) -> set[str]:
+    """The definitions ``start`` reaches through ``uses``, not passing through ``stop``."""
+    seen, todo = set(), [name for name in start if name not in stop]
     while todo:
         name = todo.pop()
         if name in seen or name not in uses:
             continue
         seen.add(name)
-        todo += uses[name]
+        todo += [n for n in uses[name] if n not in stop]
     return seen
+
+
+def _exercise_of_test(node: ast.FunctionDef) -> str | None:
+    for decorator in node.decorator_list:
+        for part in ast.walk(decorator):
+            if isinstance(part, ast.Attribute) and (exercise := exercise_of_marker(part.attr)):
+                return exercise
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def graded_with(stem: str) -> dict[str, frozenset[str]]:
+    """``{"5.5": {"attention_fp64", "tiles_visited"}, ...}``: for each exercise, the names
+    of its reference module that its tests use (``ref.attention_fp64``), in the test
+    functions marked with it and in every module-level helper, fixture and constant they
+    reach. Read from ``tests/test_<stem>.py``'s source; nothing is run. These are the
+    expected values' sources, which no contestant of that exercise may hold."""
+    path = TESTS / f"test_{stem}.py"
+    if not path.exists():
+        return {}
+    tree = ast.parse(path.read_text())
+    aliases = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
+               and node.module == "tests.references" for alias in node.names if alias.name == f"ref_{stem}"}
+    top: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            top[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                top.update({n.id: node for n in ast.walk(target) if isinstance(n, ast.Name)})
+    found: dict[str, set[str]] = {}
+    for node in tree.body:
+        exercise = _exercise_of_test(node) if isinstance(node, ast.FunctionDef) else None
+        if exercise is None:
+            continue
+        names, seen, todo = found.setdefault(exercise, set()), set(), [node]
+        while todo:
+            current = todo.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            for part in ast.walk(current):
+                if isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name) and part.value.id in aliases:
+                    names.add(part.attr)
+                name = part.id if isinstance(part, ast.Name) else part.arg if isinstance(part, ast.arg) else None
+                if name in top:  # a helper, a fixture (by its parameter's name) or a constant
+                    todo.append(top[name])
+    return {exercise: frozenset(names) for exercise, names in found.items()}
 
 
 @functools.lru_cache(maxsize=None)  # parsed once per exercise: every contestant of it gets the same
 def reference_package(stem: str, exercise: str | None) -> dict | None:
-    """What a contestant grading ``exercise`` alone is sent of the references: the owned
-    names, a spec per ``SUBSTITUTES`` entry, and the source of each reference module with
-    the definitions that answer ``exercise`` taken out (its own references, and every
-    helper only they use). A taken-out name that the remaining references still use is
-    bound, in the contestant, to the notebook's own object of that name (the student's
-    answer to the exercise graded). None for a chapter graded as a whole."""
+    """What a contestant grading ``exercise`` alone is sent of the references.
+
+    - ``owned``: the notebook's names and the exercises they belong to;
+    - ``specs``: per ``SUBSTITUTES`` entry, where its reference lives and whether the judge
+      answers it (``ask``: a plain function of plain values, :func:`answered_by_judge`);
+    - ``modules``: the source of the references that must run beside the notebook's
+      objects (other exercises' methods and classes, ``beside`` and ``calling`` entries),
+      each module cut to the top-level definitions they use. A function the judge answers
+      is never sent: where the sent source calls it, its name is bound to a question to the
+      judge (``asked``); where it calls a name of the exercise graded, to the notebook's
+      own object (``own``); any other definition left out is a stand-in that fails.
+
+    So the contestant holds no function that the graders compute expected values with
+    (``tests/meta/test_contestant_reach.py`` proves it for every exercise). None for a
+    chapter graded as a whole."""
     table = chapter_table(stem)
     if table is None or exercise is None:
         return None
     owned, references = table
     mine = {name for name, owner in owned.items() if owner == exercise}
     mine |= {name.rpartition(".")[0] for name in mine if "." in name}
-    specs = {name: _spec(value) for name, value in references.items()}
-    answers: dict[str, set[str]] = {}  # module -> top-level names that answer `exercise`
-    others: dict[str, set[str]] = {}
+    specs = {name: _spec(name, value) for name, value in references.items()}
+    sent: dict[str, set[str]] = {}  # module -> top-level names that must run in the contestant
+    own: dict[str, set[str]] = {}  # module -> top-level names that answer `exercise` (the notebook's)
+    asked: dict[str, dict[str, str]] = {}  # module -> {top-level name: SUBSTITUTES name}
     for name, spec in specs.items():
         module, qualname = spec["ref"]
-        if not module.startswith(REFERENCE_PREFIX):
-            continue
-        side = answers if (name in mine or name.rpartition(".")[0] in mine) else others
-        side.setdefault(module, set()).add(qualname.split(".")[0])
+        top = qualname.split(".")[0]
+        if name in mine or name.rpartition(".")[0] in mine:
+            own.setdefault(module, set()).add(top)
+        elif spec["ask"]:
+            asked.setdefault(module, {})[top] = name
+        elif module.startswith(REFERENCE_PREFIX):
+            sent.setdefault(module, set()).add(top)
+    expected_from = graded_with(stem).get(exercise, frozenset())
     modules = []
-    for module in sorted(set(answers) | set(others) | _called_modules(specs)):
+    for module in sorted(sent):
         path = Path(importlib.import_module(module).__file__)
-        source = path.read_text()
-        tree = ast.parse(source)
+        tree = ast.parse(path.read_text())
         defs, uses = _top_level_uses(tree)
-        kept = _closure(others.get(module, set()), uses)
-        removed = _closure(answers.get(module, set()), uses) - kept
         # Shared helpers that carry an exercise's own name are its answer too (``pages_needed``).
-        removed |= {n for n in kept & set(defs) if n in mine}
-        tree.body = [node for node in tree.body if getattr(node, "name", None) not in removed]
+        mine_here = own.get(module, set()) | (set(defs) & mine)
+        asked_here = {top: name for top, name in asked.get(module, {}).items() if top not in mine_here}
+        # A helper the sent references call that the exercise's tests compute expected
+        # values with (Chapter 4's ``kept_positions``) is asked of the judge too.
+        if module == f"{REFERENCE_PREFIX}references.ref_{stem}":
+            asked_here.update({top: f"{module}:{top}" for top in set(defs) & expected_from
+                               if top not in mine_here and top not in asked_here})
+        stop = mine_here | set(asked_here)
+        kept = _closure(sent[module], uses, stop)
+        called = set().union(*(uses[name] for name in kept)) if kept else set()
+        removed = set(defs) - kept
+        # Module-level statements that name a definition left out go too (``SUBSTITUTES``
+        # itself): the contestant rebuilds the table from the specs.
+        tree.body = [node for node in tree.body if getattr(node, "name", None) not in removed and (
+            node.__class__.__name__ in ("FunctionDef", "AsyncFunctionDef", "ClassDef")
+            or not {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & removed)]
         modules.append({"name": module, "file": str(path.relative_to(path.parents[2])), "source": ast.unparse(tree),
-                        "removed": sorted(removed)})
-    return {"owned": owned, "specs": specs, "modules": modules, "mine": sorted(mine)}
+                        "removed": sorted(removed), "own": sorted(called & mine_here),
+                        "asked": {top: name for top, name in sorted(asked_here.items()) if top in called}})
+    helpers = {name for entry in modules for name in entry["asked"].values() if ":" in name}
+    return {"owned": owned, "specs": specs, "modules": modules, "mine": sorted(mine),
+            "asked": sorted(helpers | {name for name, spec in specs.items()
+                                       if spec["ask"] and not (name in mine or name.rpartition(".")[0] in mine)})}
 
 
-def _called_modules(specs: dict) -> set[str]:
-    return {spec["ref"][0] for spec in specs.values() if spec["ref"][0].startswith(REFERENCE_PREFIX)}
+def judge_answers(stem: str, exercise: str | None) -> dict[str, object]:
+    """The references the judge runs for a contestant of ``exercise`` that asks: the
+    ``SUBSTITUTES`` functions of the other exercises that :func:`reference_package` does
+    not send. A question about any other name is refused."""
+    package = reference_package(stem, exercise)
+    if package is None:
+        return {}
+    _, references = chapter_table(stem)
+    return {name: resolve(name if ":" in name else references[name]) for name in package["asked"]}
 
 
-def references_from_package(package: dict, namespace: dict) -> tuple[dict[str, str], dict]:
-    """In the contestant: the reference modules built from their source (with the
-    removed names bound to the notebook's own), and ``SUBSTITUTES`` rebuilt from specs."""
+def _asking(name: str, ask):
+    """The contestant's stand-in for a reference the judge answers: ``ask(name, args, kwargs)``."""
+
+    def asked(*args, **kwargs):
+        return ask(name, args, kwargs)
+
+    asked.__name__ = asked.__qualname__ = name
+    return asked
+
+
+def references_from_package(package: dict, namespace: dict, ask=None) -> tuple[dict[str, str], dict]:
+    """In the contestant: the reference modules built from their source (their calls of
+    the graded exercise bound to the notebook's own names, of a reference the judge answers
+    to ``ask``), and ``SUBSTITUTES`` rebuilt from the specs."""
     import linecache
     import sys
 
+    def unanswered(name, args, kwargs):
+        raise GradingFailure(f"grader error: `{name}` is answered by the judge, and this process cannot ask it")
+
+    ask = ask or unanswered
     mine = set(package.get("mine", []))
-    built: dict[str, types.ModuleType] = {}
     for entry in package["modules"]:
         module = types.ModuleType(entry["name"])
         filename = f"<reference {entry['file']}>"
         module.__file__ = filename
         source = entry["source"]
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        for name in entry["removed"]:
-            if name in namespace:
-                module.__dict__[name] = namespace[name]
-            else:
-                module.__dict__[name] = _stand_in(name, "the one graded", "the one graded", entry["name"])
+
+        def bind():
+            for name in entry["removed"]:
+                module.__dict__[name] = _stand_in(name, "another", "the one graded", entry["name"])
+            for name in entry["own"]:
+                if name in namespace:
+                    module.__dict__[name] = namespace[name]
+            for name, key in entry["asked"].items():
+                module.__dict__[name] = _asking(key, ask)
+
+        bind()
         sys.modules[entry["name"]] = module  # a "package.module:function" reference is found here
-        built[entry["name"]] = module
         exec(compile(source, filename, "exec"), module.__dict__)
-        for name in entry["removed"]:  # the notebook's own answer, whatever the source rebinds
-            if name in namespace:
-                module.__dict__[name] = namespace[name]
+        bind()  # the notebook's own answers and the judge's, whatever the source rebinds
     references = {}
     for name, spec in package["specs"].items():
         if name in mine or name.rpartition(".")[0] in mine:
             continue  # the exercise graded: the notebook's own
+        if spec["ask"]:
+            references[name] = _asking(name, ask)
+            continue
         module, qualname = spec["ref"]
         target = f"{module}:{qualname}"
         references[name] = calling(target, *spec["calling"]) if spec["calling"] is not None else target

@@ -19,6 +19,8 @@ import math
 
 import torch
 
+from grading.substitute import beside
+
 
 def pages_needed(num_tokens: int, page_size: int) -> int:
     full, rest = divmod(num_tokens, page_size)
@@ -266,10 +268,12 @@ SUBSTITUTES = {
     "BlockAllocator.allocate": allocator_allocate,
     "BlockAllocator.incref": allocator_incref,
     "BlockAllocator.decref": allocator_decref,
-    "append": cache_append,
-    "gather": cache_gather,
-    "fork": cache_fork,
-    "free": cache_free,
-    "paged_decode_attention": checked_decode_attention,
-    "kv_slot_usage": slot_usage,
+    # These take the student's cache and fill or read it: they run beside it, in the
+    # contestant. pages_needed, a function of two ints, is answered by the judge.
+    "append": beside(cache_append),
+    "gather": beside(cache_gather),
+    "fork": beside(cache_fork),
+    "free": beside(cache_free),
+    "paged_decode_attention": beside(checked_decode_attention),
+    "kv_slot_usage": beside(slot_usage),
 }
