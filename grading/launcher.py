@@ -68,6 +68,9 @@ class Launcher:
         self.log_bytes = 0
         self.work: tempfile.TemporaryDirectory | None = None
         self.sandboxed = False
+        # '' once a contestant has started in namespaces of its own (grading.isolation),
+        # else why it did not, as its zygote said.
+        self.isolation = "not started"
 
     def _start(self):
         from grading import runner, sandbox
@@ -137,6 +140,7 @@ class Launcher:
                 try:
                     reply = self._control({"op": "spawn"}, [theirs.fileno()])
                     theirs.close()
+                    self.isolation = str(reply.get("isolation", "?"))[:1000]
                     return mine, int(reply["pid"])
                 except (OSError, ValueError, KeyError, ConnectionError):
                     mine.close()
