@@ -121,7 +121,7 @@ def test_references_have_the_exercises_names_and_parameters(chapter):
 def _parameters(reference) -> list[str]:
     """The parameter names of a declared reference. One named "module:function" is read
     from its source (importing it would import Triton here, before any notebook)."""
-    if isinstance(reference, substitute.Calling):
+    while isinstance(reference, (substitute.Calling, substitute.Beside)):
         reference = reference.reference
     if not isinstance(reference, str):
         return list(inspect.signature(reference).parameters)
