@@ -197,7 +197,43 @@ def peak_rss_kb() -> dict:
     import resource
 
     return {"max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-            "children_max_rss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}
+            "children_max_rss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+            "data_kb": _data_kb()}
+
+
+def _data_kb() -> int | None:
+    """This process's data segment now (``VmData``, what ``RLIMIT_DATA`` counts), in KiB."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def limit_memory(spec: dict) -> None:
+    """This judge's own memory limit (``judge_memory_mb``, grading.runner.judge_memory_mb),
+    as ``RLIMIT_DATA`` like its contestants' (grading.contestant.apply_limits): what it
+    allocates, not the address space torch's libraries reserve. The soft limit only: the
+    contestants' zygote is a child of this process and sets its own limit, which may be
+    above this one (setrlimit may raise a soft limit up to the hard one, never the hard
+    one). The judge runs no notebook code, so nothing here raises it again. An answer that
+    does not fit is a MemoryError in the decoder, which grading.judge turns into the
+    test's "memory limit" status; one elsewhere ends this process, and the batch grader
+    writes the chapter's rows from what it reported (grading.batch.rows_from)."""
+    import resource
+
+    mb = int(spec.get("judge_memory_mb", 0) or 0)
+    if mb <= 0:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    value = mb * 2**20
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    if soft == resource.RLIM_INFINITY or value < soft:
+        resource.setrlimit(resource.RLIMIT_DATA, (value, hard))
 
 
 def main(argv: list[str]) -> int:
@@ -207,6 +243,7 @@ def main(argv: list[str]) -> int:
     out = os.fdopen(options.results_fd, "w", encoding="utf-8")  # before any student code runs
     spec = json.loads(sys.stdin.read())
     sys.stdin.close()
+    limit_memory(spec)  # before torch, the graders and the first contestant's answer
     collect_only = spec.get("collect_only", False)
     os.chdir(spec["work_dir"])
     import torch

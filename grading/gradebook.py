@@ -595,15 +595,26 @@ STATUS_ADVICE = {
 }
 
 
+# A hidden test's id as the judge reports it (grading.child.Collector.stable): never shown
+# to a student, whatever message it ends up in (a chapter-wide reason names a test).
+HIDDEN_NODEID = re.compile(r"hidden/[^\s/:()]+\.py(?:::[^\s()]*)?")
+
+
+def student_text(message: str) -> str:
+    """``message`` as a student may read it: any hidden test's id replaced by words."""
+    return HIDDEN_NODEID.sub("a hidden test", message)
+
+
 def feedback_markdown(student: str, rows: list[Row]) -> str:
     """What one student reads: per exercise, points and a message they can act on.
-    Hidden tests appear as points only."""
+    Hidden tests appear as points only: never their names, messages or how many there are
+    or failed (their row's message is the instructor's, gradebook.csv)."""
     graded = [r for r in rows if r.exercise]
     total, possible = sum(r.points for r in graded), sum(r.max_points for r in graded)
     lines = [f"# Feedback for {student}", "", f"**Total: {_num(total)} / {_num(possible)} points.**", ""]
     for r in rows:
         if r.chapter == "" and r.status in (REVIEW, NOTE):
-            lines.append(f"- {r.message}")
+            lines.append(f"- {student_text(r.message)}")
     chapters = sorted({r.chapter for r in rows if r.chapter})
     for chapter in chapters:
         mine = [r for r in rows if r.chapter == chapter]
@@ -622,15 +633,16 @@ def feedback_markdown(student: str, rows: list[Row]) -> str:
             else:
                 # Chapter-wide reasons are said once, above and below the list.
                 text = "" if r.status in (TIMED_OUT, CRASHED, TAMPERED, MISSING) else r.message
-            text = f". {text}" if text else ""
+            text = f". {student_text(text)}" if text else ""
             lines.append(f"- **{name}**: {_num(r.points)} / {_num(r.max_points)}, {r.status}{text}")
         chapter_notes = [r for r in mine if not r.exercise]
         if chapter_notes:
             lines += ["", "Notes:"]
-            lines += [f"- {r.message}" for r in chapter_notes]
+            lines += [f"- {student_text(r.message)}" for r in chapter_notes]
         for r in ex:
-            if r.status in (TIMED_OUT, CRASHED, TAMPERED) and r.message:
-                lines += ["", f"What happened: {r.message}"]
+            # A hidden row's message names its tests: what happened there stays the instructor's.
+            if r.status in (TIMED_OUT, CRASHED, TAMPERED) and r.message and not r.exercise.endswith(" hidden"):
+                lines += ["", f"What happened: {student_text(r.message)}"]
                 break
     return "\n".join(lines).rstrip() + "\n"
 

@@ -67,6 +67,20 @@ class ContestantBroken(ContestantFailure):
     status = "tampered"
 
 
+class AnswerTooLarge(ContestantFailure):
+    """Its answer did not fit in the judge's own memory limit (grading.runner.judge_memory_mb):
+    the contestant is stopped and the test scores as the notebook's memory limit."""
+
+    status = "memory limit"
+
+
+def _judge_limit() -> str:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_DATA)
+    return f"{soft // 2**20} MB" if soft != resource.RLIM_INFINITY else "no limit"
+
+
 # -- one contestant, from the judge's side ----------------------------------------------------
 class Session:
     """A live contestant: send a request, read its answer within a deadline."""
@@ -118,6 +132,9 @@ class Session:
         except wire.WireError as exc:
             self._stop(f"the notebook's process sent what the grader cannot read while {what}: {exc}",
                        ContestantBroken)
+        except MemoryError:
+            self._stop(f"the notebook's answer while {what} did not fit in the grader's memory "
+                       f"(limit {_judge_limit()})", AnswerTooLarge)
         except OSError as exc:
             self._stop(f"the channel to the notebook's process failed while {what}: {exc}", ContestantCrashed)
 
@@ -444,8 +461,11 @@ class RemoteNotebook:
         if len(self.called) < 1000:
             self.called.add((method or fn._name.rpartition(".")[2])[:200])
         reply, buffers = session.request(header, encoder.buffers, what, timeout)
-        value = self._result(reply, buffers, session, what)
-        self._write_back(reply.get("mutated"), buffers, session, args, kwargs, what)
+        # One decoder for the value and the changed arguments: no byte of the answer is
+        # named twice among all of them (grading.wire.Decoder).
+        decoder = self._decoder(buffers, session)
+        value = self._result(reply, buffers, session, what, decoder)
+        self._write_back(reply.get("mutated"), buffers, session, args, kwargs, what, decoder)
         return value
 
     def _decoder(self, buffers: bytes, session: Session) -> wire.Decoder:
@@ -462,7 +482,7 @@ class RemoteNotebook:
 
         return wire.Decoder(buffers, handle=handle, strict=True)
 
-    def _result(self, reply: dict, buffers: bytes, session: Session, what: str):
+    def _result(self, reply: dict, buffers: bytes, session: Session, what: str, decoder: wire.Decoder | None = None):
         if "error" in reply:
             try:
                 error = wire.RemoteError.from_json(reply["error"])
@@ -472,19 +492,22 @@ class RemoteNotebook:
         if "value" not in reply:
             session._stop(f"{what}: an answer without a value", ContestantBroken)
         try:
-            return self._decoder(buffers, session).decode(reply["value"])
+            return (decoder or self._decoder(buffers, session)).decode(reply["value"])
         except wire.RefusedValue as exc:
             raise GradingFailure(f"{what}: the notebook {exc}") from None
         except wire.WireError as exc:
             session._stop(f"{what}: {exc}", ContestantBroken)
+        except MemoryError:
+            session._stop(f"{what}: the notebook's answer did not fit in the grader's memory (limit {_judge_limit()})",
+                          AnswerTooLarge)
 
-    def _write_back(self, mutated, buffers, session, args, kwargs, what):
+    def _write_back(self, mutated, buffers, session, args, kwargs, what, decoder: wire.Decoder | None = None):
         """Lists, dicts and tensors the grader passed and the call changed, changed here too."""
         import torch
 
         if not isinstance(mutated, list):
             session._stop(f"{what}: an answer whose changed arguments are not a list", ContestantBroken)
-        decoder = self._decoder(buffers, session)
+        decoder = decoder or self._decoder(buffers, session)
         for entry in mutated:
             if not (isinstance(entry, list) and len(entry) == 2):
                 session._stop(f"{what}: a changed argument that is not a pair", ContestantBroken)
@@ -497,8 +520,13 @@ class RemoteNotebook:
                 session._stop(f"{what}: a changed argument the grader never passed", ContestantBroken)
             try:
                 value = decoder.decode(node)
-            except (wire.WireError, wire.RefusedValue) as exc:
+            except MemoryError:
+                session._stop(f"{what}: the arguments the notebook changed did not fit in the grader's memory "
+                              f"(limit {_judge_limit()})", AnswerTooLarge)
+            except wire.RefusedValue as exc:
                 raise GradingFailure(f"{what}: an argument the notebook changed cannot come back: {exc}") from None
+            except wire.WireError as exc:  # off the schema: only a forged answer is
+                session._stop(f"{what}: an argument the notebook changed: {exc}", ContestantBroken)
             if isinstance(original, list) and isinstance(value, list):
                 original[:] = value
             elif isinstance(original, dict) and isinstance(value, dict):

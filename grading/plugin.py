@@ -18,6 +18,7 @@ A test asks for the fixture ``nb``: the chapter's notebook loaded as a module.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import traceback
@@ -32,7 +33,7 @@ from grading.launcher import IN_PROCESS
 
 launcher.head_start()
 
-from grading.layout import EXERCISE_ID, ROOT, all_markers, chapter_of_test_file, exercise_of_marker
+from grading.layout import EXERCISE_ID, ROOT, TESTS, all_markers, chapter_of_test_file, exercise_of_marker
 from grading import diagnosis, replay
 from grading.catalogue import Bug, load_catalogue
 from grading.outcome import ChapterPoints, classify, earned, summary
@@ -58,8 +59,28 @@ class Variant:
 
 
 def chapter_stem(path) -> str | None:
+    """The stem of the chapter a test file grades. A test file outside ``tests/`` (an
+    instructor's hidden test, ``test_NN_anything.py``) grades chapter NN: its notebook is
+    the chapter's own, loaded under the chapter's name and spawned exactly as for the
+    public graders (the same contestant, even), so that nothing the notebook can read
+    (``__file__``, its cells' file names, the spawn's fields) tells a hidden test apart."""
     chapter = chapter_of_test_file(path)
-    return chapter.stem if chapter else None
+    if chapter is None:
+        return None
+    if TESTS in Path(str(path)).resolve().parents:
+        return chapter.stem
+    return _public_stems().get(chapter.number, chapter.stem)
+
+
+@functools.lru_cache(maxsize=1)
+def _public_stems() -> dict[int, str]:
+    """Chapter number -> stem, from the graders in ``tests/`` (one per number)."""
+    found: dict[int, list[str]] = {}
+    for path in TESTS.glob("test_[0-9][0-9]_*.py"):
+        chapter = chapter_of_test_file(path)
+        if chapter is not None:
+            found.setdefault(chapter.number, []).append(chapter.stem)
+    return {number: stems[0] for number, stems in found.items() if len(stems) == 1}
 
 
 def pytest_addoption(parser):

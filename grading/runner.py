@@ -38,7 +38,16 @@ FILE_SIZE_CAP = 512 * 2**20  # no single file written by a child may exceed this
 # What one student's chapter may take by default, for every front door (grading.batch's
 # --timeout and --memory-mb, the Gradescope autograder, nbgrader's autograder cells).
 DEFAULT_TIMEOUT_S = 300  # wall-clock seconds
-DEFAULT_MEMORY_MB = 4096  # RLIMIT_DATA per grading process (grading.child)
+DEFAULT_MEMORY_MB = 4096  # RLIMIT_DATA per process that runs the notebook (a contestant)
+# The judge (grading.child) gets a limit of its own (RLIMIT_DATA, soft): --memory-mb for
+# the answers it must hold (a contestant hands back at most what it may hold, and
+# grading.wire never decodes a message into more than its own size) plus what the judge
+# needs itself with pytest, torch and the graders imported and a chapter's references
+# computed. Measured on the solutions (2-core x86-64, CPU torch 2.13, one thread), the
+# judge's peak RSS / peak VmData: Chapter 1 396 / 290 MiB, Chapter 5 436 / 314 MiB,
+# Chapter 8 (a model's weights in the references) 1242 / 1032 MiB. 1536 MiB covers the
+# largest with half a GiB to spare.
+JUDGE_OWN_MB = 1536
 SIGNAL_EXIT_BASE = 128
 
 
@@ -66,6 +75,12 @@ class ChildResult:
         done = self.of("done")
         kb = done[-1].get("max_rss_kb") if done else None
         return kb / 1024 if isinstance(kb, (int, float)) else None
+
+
+def judge_memory_mb(memory_mb: int) -> int:
+    """The judge's own RLIMIT_DATA for ``--memory-mb`` (0: no limit, as for the plan's
+    collection), applied by :func:`grading.child.limit_memory` before it imports torch."""
+    return memory_mb + JUDGE_OWN_MB if memory_mb > 0 else 0
 
 
 def child_env(work: Path, threads: int, cuda_devices: str) -> dict[str, str]:
@@ -163,7 +178,8 @@ def run_child(spec: dict, *, timeout: float, memory_mb: int, threads: int = 1, c
         full = {**{k: v for k, v in spec.items() if k not in ("notebook_files", "hidden_files")},
                 "test_files": [str(Path(f).resolve()) for f in spec["test_files"]] + hidden_copies,
                 "hidden_dir": str(hidden), "notebooks": str(notebooks), "work_dir": str(work),
-                "threads": threads, "memory_mb": memory_mb, "gpu_visible": bool(cuda_devices),
+                "threads": threads, "memory_mb": memory_mb, "judge_memory_mb": judge_memory_mb(memory_mb),
+                "gpu_visible": bool(cuda_devices),
                 "file_size_cap": FILE_SIZE_CAP, "cpu_seconds": int(timeout) + 5}
         read_fd, write_fd = os.pipe()
         # The judge (grading.child) runs the graders and the hidden tests, never the

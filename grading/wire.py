@@ -21,7 +21,11 @@ object ``{"t": kind, ...}``:
 
 The judge decodes strictly: an unknown kind, a wrong field, a frame over its cap is a
 :class:`WireError`, and what it builds are plain values of the types above, never an
-object the submission chose. The contestant decodes what the judge sends leniently.
+object the submission chose. Every byte of a message's buffers is named by at most one
+tensor or array: ranges that overlap, or that lie outside the buffers, are refused, so
+what a message decodes to is never larger than the message (one 8 MiB buffer named by
+450 tensors would otherwise be 3.6 GiB in the judge); a strided tensor's logical size,
+which may exceed its bytes (an expanded head), is capped by :data:`LOGICAL_CAP`. The contestant decodes what the judge sends leniently.
 An exception crosses as :class:`RemoteError` (its type's name, its built-in bases,
 the message, where in the notebook it was raised).
 """
@@ -38,6 +42,10 @@ from dataclasses import asdict, dataclass, field
 
 HEADER_CAP = 4 * 2**20  # bytes of one message's JSON: values, names, messages
 BUFFERS_CAP = 1024 * 2**20  # bytes of one message's tensors and arrays
+# Bytes that the tensors of one message may span once built: a strided view (stride 0,
+# an expanded head) spans more elements than it sends, and a grader's comparison makes
+# full-size tensors of it.
+LOGICAL_CAP = BUFFERS_CAP
 MESSAGE_TEXT_CAP = 16 * 1024  # characters of an exception message the judge keeps
 MAX_DEPTH = 32  # nesting of containers in one value
 MAX_ITEMS = 1_000_000  # entries of all containers in one value
@@ -72,10 +80,23 @@ def send(sock: socket.socket, header: dict, buffers: list[bytes] = ()) -> None:
 _pending: "weakref.WeakKeyDictionary[socket.socket, bytearray]" = weakref.WeakKeyDictionary()
 
 
-def _read_exact(sock: socket.socket, n: int) -> bytes:
+def _read_exact(sock: socket.socket, n: int) -> bytes | bytearray:
     """``n`` bytes: from what an earlier read brought in beyond its message, then from the
-    socket, asking for at least SMALL at a time so a small message takes one read."""
+    socket, asking for at least SMALL at a time so a small message takes one read. A large
+    message is read into one buffer of its size, so that the judge holds it once, not twice."""
     pending = _pending.setdefault(sock, bytearray())
+    if n > SMALL and len(pending) < n:
+        out = bytearray(n)
+        view = memoryview(out)
+        filled = len(pending)
+        view[:filled] = pending
+        del pending[:]
+        while filled < n:
+            got = sock.recv_into(view[filled:], min(n - filled, 1 << 20))
+            if not got:
+                raise ChannelClosed("the channel closed")
+            filled += got
+        return out
     while len(pending) < n:
         chunk = sock.recv(max(SMALL, min(n - len(pending), 1 << 20)))
         if not chunk:
@@ -226,6 +247,9 @@ class Encoder:
         self.items = 0
 
     def buffer(self, data: bytes) -> list[int]:
+        if self.offset + len(data) > BUFFERS_CAP:
+            raise WireError(f"a value with more than {BUFFERS_CAP // 2**20} MiB of tensors and arrays, over the "
+                            "cap of one message")
         start = self.offset
         self.buffers.append(data)
         self.offset += len(data)
@@ -319,13 +343,39 @@ class Decoder:
         self.strict = strict
         self.items = 0
         self.place = place  # device for tensors (the contestant: where the judge's tensors were)
+        # The byte ranges named so far, as sorted starts and their ends: one decoder may
+        # decode several nodes of one message (a call's value and its changed arguments),
+        # and no byte may be named twice among all of them.
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        self.named = 0  # bytes named so far
+        self.logical = 0  # bytes the tensors built so far span
 
-    def _buf(self, node) -> bytes:
+    def _buf(self, node) -> memoryview:
+        """The bytes ``node["buf"]`` names, once: a range outside the message, or one that
+        overlaps a range named before, is a :class:`WireError`."""
+        import bisect
+
         buf = node.get("buf")
-        if not (isinstance(buf, list) and len(buf) == 2 and all(type(b) is int and b >= 0 for b in buf)
-                and buf[0] + buf[1] <= len(self.data)):
-            raise WireError("a tensor whose buffer lies outside the message")
-        return bytes(self.data[buf[0]: buf[0] + buf[1]])
+        if not (isinstance(buf, list) and len(buf) == 2 and all(type(b) is int and b >= 0 for b in buf)):
+            raise WireError("a tensor whose buffer is not a range of the message")
+        start, length = buf
+        end = start + length
+        if end > len(self.data):
+            raise WireError(f"a tensor whose buffer (bytes {start} to {end}) lies outside the message's "
+                            f"{len(self.data)} bytes")
+        if length:
+            i = bisect.bisect_right(self._starts, start)
+            if (i > 0 and self._ends[i - 1] > start) or (i < len(self._starts) and self._starts[i] < end):
+                raise WireError(f"tensors whose buffers overlap (bytes {start} to {end} are named twice): a "
+                                "message names each byte once")
+            self._starts.insert(i, start)
+            self._ends.insert(i, end)
+            self.named += length
+            if self.named > len(self.data):  # cannot happen with disjoint ranges inside it; said plainly if it did
+                raise WireError(f"tensors whose buffers total {self.named} bytes, more than the message's "
+                                f"{len(self.data)}")
+        return self.data[start:end]
 
     def decode(self, node, depth: int = 0):
         self.items += 1
@@ -372,18 +422,18 @@ class Decoder:
 
             dtype = self._np_dtype(node)
             shape = self._shape(node)
-            data = np.frombuffer(self._buf(node), dtype=dtype)
-            if data.size != math.prod(shape):
+            raw = self._buf(node)
+            if len(raw) % dtype.itemsize or len(raw) // dtype.itemsize != math.prod(shape):
                 raise WireError("an array whose bytes do not fill its shape")
-            return data.reshape(shape).copy()
+            return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
         if t == "npscalar":
             import numpy as np
 
             dtype = self._np_dtype(node)
-            data = np.frombuffer(self._buf(node), dtype=dtype)
-            if data.size != 1:
+            raw = self._buf(node)
+            if len(raw) != dtype.itemsize:
                 raise WireError("a numpy scalar of more than one value")
-            return data[0]
+            return np.frombuffer(raw, dtype=dtype)[0]
         if t == "size":
             import torch
 
@@ -464,6 +514,10 @@ class Decoder:
             raise WireError("a tensor whose strides do not fit its shape")
         if len(raw) != count * element:
             raise WireError("a tensor whose bytes do not fill its shape")
+        self.logical += math.prod(shape) * element
+        if self.logical > LOGICAL_CAP:
+            raise WireError(f"tensors that span more than {LOGICAL_CAP // 2**20} MiB once built (a strided view "
+                            "repeats its bytes)")
         if raw:
             flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
             t = flat.reshape(shape) if stride is None else flat.as_strided(shape, stride)
