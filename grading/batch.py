@@ -43,7 +43,7 @@ from pathlib import Path
 from grading import gradebook as gb
 from grading import sandbox
 from grading.layout import EXERCISE_LINE, EXERCISES, GRADES, ROOT, SOLUTIONS, cell_source, discover_chapters
-from grading.matching import (Chapter, Submission, list_students, match_folder,
+from grading.matching import (Chapter, Submission, entry_kind, list_students, match_folder,
                               submission_digest, unpack_zip)
 from grading.loader import MAX_CAPTURED_CHARS
 from grading.outcome import TestOutcome
@@ -354,12 +354,20 @@ def submission_tasks(student: str, sub: Submission, chapters: list[Chapter]) -> 
 
 
 def open_submission(student: str, entry: Path, chapters: list[Chapter], scratch: Path, n: int = 0) -> Submission:
-    """A student's entry (a folder, or a zip unpacked into ``scratch``), matched to chapters."""
+    """A student's entry (a folder, or a zip unpacked into ``scratch``), matched to chapters.
+    An entry that is a link, a FIFO or a device, or whose files cannot be read, is a
+    problem of this student's (for review), never the class's."""
+    kind = entry_kind(entry)
+    if kind:
+        return Submission(student, problem=f"{entry.name} {kind}; it is not graded")
     folder, problem = entry, ""
-    if entry.suffix.lower() == ".zip" and entry.is_file():
-        folder = scratch / f"{n:05d}-{re.sub(r'[^A-Za-z0-9]+', '_', student)}"
-        problem = unpack_zip(entry, folder)
-    return Submission(student, problem=problem) if problem else match_folder(student, folder, chapters)
+    try:
+        if entry.suffix.lower() == ".zip" and entry.is_file():
+            folder = scratch / f"{n:05d}-{re.sub(r'[^A-Za-z0-9]+', '_', student)}"
+            problem = unpack_zip(entry, folder)
+        return Submission(student, problem=problem) if problem else match_folder(student, folder, chapters)
+    except OSError as exc:
+        return Submission(student, problem=f"the submission's files could not be read ({exc}); it is not graded")
 
 
 # -- the whole run --------------------------------------------------------------------------
@@ -556,12 +564,20 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
 
     tasks: list[Task] = []
     for n, (student, entry) in enumerate(students):
-        regraded = book.changed(student, submission_digest(entry))
+        try:
+            digest, unreadable = submission_digest(entry), ""
+        except OSError as exc:  # one student's unreadable file: a note for them, not the end of the run
+            digest, unreadable = f"unreadable {time.time_ns()}", f"a file of the submission could not be read: {exc}"
+        regraded = book.changed(student, digest)
         if regraded:
             print(f"{student}: {regraded}", file=sys.stderr)
         sub = subs[student]
         if gb.task_id(student, "") not in book.done:
             rows = submission_rows(student, sub, chapters)
+            if unreadable:
+                rows.append(gb.Row(student, "", "", 0, 0, gb.REVIEW, unreadable))
+            if student in lms_info:  # names read two ways, links left out of a Moodle folder
+                rows += [gb.Row(student, "", "", 0, 0, gb.REVIEW, p) for p in lms_info[student].problems]
             if regraded:
                 rows.append(gb.Row(student, "", "", 0, 0, gb.NOTE, f"regraded: {regraded.split(';')[0]}"))
             book.add(student, "", rows)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 
@@ -118,15 +119,106 @@ def _pair(expected: float, got: float) -> tuple[str, str]:
     return f"{expected!r}", f"{got!r}"
 
 
+def _kind(value: Any) -> str:
+    """A value's exact type as a student reads it: ``int``, ``float``, ``numpy.float16``."""
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _equal(got: Any, expected: Any) -> bool:
+    """``got == expected`` as a plain truth: False where it raises, or where it answers with
+    something that is not a bool (an array compared with a number answers with an array)."""
+    try:
+        with np.errstate(all="ignore"):  # np.float16 against an int past its range: a cast to inf
+            same = got == expected
+    except Exception:
+        return False
+    return bool(same) if isinstance(same, (bool, np.bool_)) else False
+
+
+def _scalar_fits(got: Any, expected: Any) -> bool:
+    """Whether ``got``'s exact type may stand for ``expected``'s: a Python ``bool``, ``int``
+    or ``str`` only for itself (no subclass, no NumPy scalar: ``np.float16("inf") == 65520``
+    is true), a Python ``int`` also for a ``float``, a NumPy scalar only for a NumPy
+    scalar of the same type, anything else only for its own type."""
+    if type(expected) is float:
+        return type(got) in (float, int)
+    return type(got) is type(expected)
+
+
+def _a(kind: str) -> str:
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
+def _expected_kind(expected: Any) -> str:
+    if type(expected).__module__ == "builtins":
+        return f"a Python {_kind(expected)} ({expected!r})"
+    return f"{_a(_kind(expected))} ({expected!r})"
+
+
+def _difference(got: Any, expected: Any, at: str = "") -> tuple[bool, str] | None:
+    """None when ``got`` equals ``expected`` and is of its kind at every level (the
+    containers' items and keys included); else ``(wrong_value, text)``: whether the values
+    differ (the whole values are then shown), or the values agree but ``got`` (at ``at``)
+    is of a type the exercise does not return (``text`` says which)."""
+    if isinstance(expected, np.ndarray):
+        if type(got) is not np.ndarray:
+            return False, f"returned {_a(_kind(got))}{at}; expected a numpy array"
+        if got.shape != expected.shape:
+            return True, ""
+        if got.dtype != expected.dtype:
+            return False, f"returned a numpy array of dtype {got.dtype}{at}; expected dtype {expected.dtype}"
+        return None if np.array_equal(got, expected, equal_nan=expected.dtype.kind in "fc") else (True, "")
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(got, list if isinstance(expected, list) else tuple) or len(got) != len(expected):
+            return True, ""
+        pairs = [(g, e, f"{at or ' in item '}[{i}]") for i, (g, e) in enumerate(zip(got, expected))]
+    elif isinstance(expected, dict):
+        if not isinstance(got, dict) or not _equal(got.keys(), expected.keys()):
+            return True, ""
+        own = {k: k for k in got}  # the key of got that equals each expected key, to check its type
+        pairs = [(own[k], k, f"{at} in the keys") for k in expected]
+        pairs += [(got[k], v, f"{at or ' in item '}[{k!r}]") for k, v in expected.items()]
+    elif isinstance(expected, (set, frozenset)):
+        if not isinstance(got, (set, frozenset)) or not _equal(set(got), set(expected)):
+            return True, ""
+        own = {e: e for e in expected}  # the expected item each of got's items equals
+        pairs = [(g, own[g], f"{at} in the set") for g in got]
+    else:
+        if not _equal(got, expected):
+            return True, ""
+        if _scalar_fits(got, expected):
+            return None
+        if type(got) is float and type(expected) is int:
+            return False, f"returned the float {got!r}{at}; expected the int {expected!r}"
+        return False, (f"returned {_a(_kind(got))} ({got!r}){at}; expected {_expected_kind(expected)}. "
+                       "Return the plain Python value (int(x), float(x), bool(x)), not a NumPy or torch scalar")
+    first_type = None  # a wrong value anywhere is reported before a wrong type
+    for g, e, where in pairs:
+        d = _difference(g, e, where)
+        if d is not None and d[0]:
+            return d
+        first_type = first_type or d
+    return first_type
+
+
 def assert_equal(got: Any, expected: Any, call: str) -> None:
-    """Exact comparison for integers, strings, booleans and containers of them.
-    An integer count returned as a float (``4.0`` for ``4``) is reported, because
-    float arithmetic on token counts is a real bug past 2**53."""
-    if got == expected:
-        if isinstance(expected, int) and isinstance(got, float):
-            raise GradingFailure(f"{call} returned the float {got!r}; expected the int {expected!r}")
+    """Exact comparison for integers, floats, strings, booleans, NumPy values and
+    containers of them: equal values, and at every level a value of the type the exercise
+    returns. An expected ``int`` (or ``bool``, ``str``) accepts only a value of exactly
+    that Python type: not a ``bool`` for an ``int``, not an ``int`` subclass, not a NumPy
+    scalar (``np.float16("inf")`` equals every int from 65520 up); an expected ``float``
+    accepts a Python ``float`` or ``int``; a NumPy scalar or array is accepted only where
+    the expected value is one (same type; an array of the same shape and dtype). An
+    integer count returned as a float (``4.0`` for ``4``) is reported, because float
+    arithmetic on token counts is a real bug past 2**53."""
+    difference = _difference(got, expected)
+    if difference is None:
         return
-    raise GradingFailure(f"{call} is wrong\n  expected: {expected!r}\n  got:      {got!r}")
+    wrong_value, text = difference
+    if wrong_value:
+        raise GradingFailure(f"{call} is wrong\n  expected: {expected!r}\n  got:      {got!r}")
+    raise GradingFailure(f"{call} {text}")
 
 
 def _as_tensor(value: Any, call: str, what: str) -> torch.Tensor:

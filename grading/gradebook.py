@@ -45,7 +45,33 @@ class Row:
     def as_csv(self) -> dict:
         d = asdict(self)
         d["points"], d["max_points"] = _num(self.points), _num(self.max_points)
-        return d
+        return dict(zip(d, csv_row(d.values())))
+
+
+# A cell a spreadsheet would run as a formula (OWASP's CSV injection): text beginning with
+# one of these. A leading quote is escaped too, so that reading a cell back is exact.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+PLAIN_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def csv_cell(value) -> str:
+    """``value`` as one CSV cell that no spreadsheet runs: text beginning with ``=``, ``+``,
+    ``-``, ``@``, a tab, a carriage return or ``'`` gets a leading ``'``; a plain number
+    (``-2.5``: a late penalty, a negative score) is left a number. :func:`csv_value` undoes it."""
+    text = "" if value is None else str(value)
+    if text.startswith(FORMULA_START) and not PLAIN_NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
+def csv_value(cell: str) -> str:
+    """The text :func:`csv_cell` was given for ``cell``."""
+    return cell[1:] if cell.startswith("'") and cell[1:].startswith(FORMULA_START) else cell
+
+
+def csv_row(values) -> list[str]:
+    """A row of cells, each through :func:`csv_cell`: what every CSV writer here writes."""
+    return [csv_cell(v) for v in values]
 
 
 def _num(x: float) -> str:
@@ -183,8 +209,9 @@ def task_id(student: str, chapter: str) -> str:
 
 def _read_rows(path: Path) -> list[Row]:
     with open(path, newline="", encoding="utf-8") as f:
-        return [Row(d["student"], d["chapter"], d["exercise"], float(d["points"] or 0), float(d["max_points"] or 0),
-                    d["status"], d["message"]) for d in csv.DictReader(f)]
+        rows = [{k: csv_value(v or "") for k, v in d.items()} for d in csv.DictReader(f)]
+    return [Row(d["student"], d["chapter"], d["exercise"], float(d["points"] or 0), float(d["max_points"] or 0),
+                d["status"], d["message"]) for d in rows]
 
 
 def _write_rows(path: Path, rows: list[Row]):
@@ -530,17 +557,17 @@ def write_wide(out: Path, rows: list[Row], roster: list[Student] = (), matched: 
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["student", "id", "name", "email", "total", "max_total", *exercises])
+        w.writerow(csv_row(["student", "id", "name", "email", "total", "max_total", *exercises]))
         for s in students:
             mine = {r.exercise: r for r in graded if r.student == s}
             who = matched.get(s, Student(""))
-            w.writerow([s, who.id, who.name, who.email, _num(sum(r.points for r in mine.values())),
-                        _num(sum(r.max_points for r in mine.values())),
-                        *[_num(mine[e].points) if e in mine else "" for e in exercises]])
+            w.writerow(csv_row([s, who.id, who.name, who.email, _num(sum(r.points for r in mine.values())),
+                                _num(sum(r.max_points for r in mine.values())),
+                                *[_num(mine[e].points) if e in mine else "" for e in exercises]]))
         submitted = {x.id for x in matched.values()}
         for who in roster:
             if who.id not in submitted:
-                w.writerow(["", who.id, who.name, who.email, "", "", *["" for _ in exercises]])
+                w.writerow(csv_row(["", who.id, who.name, who.email, "", "", *["" for _ in exercises]]))
     os.replace(tmp, path)
     return path
 
@@ -569,16 +596,26 @@ def write_canvas(out: Path, rows: list[Row], roster: list[Student] = (), matched
     problems = []
     with open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow([*CANVAS_FIELDS, *chapters])
-        w.writerow([CANVAS_POINTS_ROW, "", "", "", "", *[_num(possible[c]) for c in chapters]])
-        for s in sorted({r.student for r in rows}):
+        w.writerow(csv_row([*CANVAS_FIELDS, *chapters]))
+        w.writerow(csv_row([CANVAS_POINTS_ROW, "", "", "", "", *[_num(possible[c]) for c in chapters]]))
+        students = sorted({r.student for r in rows})
+        claims: dict[str, list[str]] = {}
+        for s in students:
+            if s in matched:
+                claims.setdefault(matched[s].id, []).append(s)
+        for s in students:
             who = matched.get(s)
             if who is None:
                 problems.append(f"gradebook_canvas.csv: {s} is left out (no roster entry, so no Canvas id)")
                 continue
+            if len(claims[who.id]) > 1:  # Canvas would keep one of the rows; which is not ours to guess
+                if s == claims[who.id][0]:
+                    problems.append(f"gradebook_canvas.csv: Canvas id {who.id} is left out: several submissions "
+                                    f"({', '.join(claims[who.id])}) are that student; grade it by hand")
+                continue
             mine = [r for r in graded if r.student == s]
-            w.writerow([who.name or s, who.id, who.sis_user_id, who.sis_login_id, who.section,
-                        *[_num(sum(r.points for r in mine if r.chapter == c)) for c in chapters]])
+            w.writerow(csv_row([who.name or s, who.id, who.sis_user_id, who.sis_login_id, who.section,
+                                *[_num(sum(r.points for r in mine if r.chapter == c)) for c in chapters]]))
     os.replace(tmp, path)
     return path, problems
 

@@ -28,17 +28,25 @@ time (Blackboard's attempt time, Canvas's late mark; :mod:`grading.late`).
 from __future__ import annotations
 
 import re
-import shutil
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from grading.matching import not_a_regular_file
+from grading.matching import copy_untrusted, entry_kind, read_untrusted
 
-CANVAS = re.compile(r"^(?P<student>[a-z]+)_(?P<late>LATE_)?(?P<user_id>\d+)_(?P<submission_id>\d+)_(?P<file>.+)$")
-MOODLE = re.compile(r"^(?P<student>.+?)_(?P<user_id>\d+)_assignsubmission_(?P<plugin>[a-z]+)_(?P<file>.*)$")
-BLACKBOARD = re.compile(r"^(?P<assignment>.+)_(?P<student>[^_]+)_attempt_"
-                        r"(?P<attempt>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)(?:_(?P<file>.+)|\.txt)$")
+# Each layout is read anchored (fullmatch: no trailing newline slips past ``$``), and both
+# ways a name can split where the student part is free text: the shortest student part
+# (what the LMS wrote, first) and the longest (a file name that repeats the layout). Two
+# different readings are an attack or an accident; either way, a person decides.
+CANVAS = re.compile(r"(?P<student>[a-z]+)_(?P<late>LATE_)?(?P<user_id>\d+)_(?P<submission_id>\d+)_(?P<file>.+)")
+MOODLE = re.compile(r"(?P<student>.+?)_(?P<user_id>\d+)_assignsubmission_(?P<plugin>[a-z]+)_(?P<file>.*)")
+MOODLE_LONGEST = re.compile(r"(?P<student>.+)_(?P<user_id>\d+)_assignsubmission_(?P<plugin>[a-z]+)_(?P<file>.*)")
+BLACKBOARD = re.compile(r"(?P<assignment>.+?)_(?P<student>[^_]+)_attempt_"
+                        r"(?P<attempt>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)(?:_(?P<file>.+)|\.txt)")
+BLACKBOARD_LONGEST = re.compile(r"(?P<assignment>.+)_(?P<student>[^_]+)_attempt_"
+                                r"(?P<attempt>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)(?:_(?P<file>.+)|\.txt)")
+LAYOUTS = (("moodle", MOODLE), ("moodle", MOODLE_LONGEST), ("blackboard", BLACKBOARD),
+           ("blackboard", BLACKBOARD_LONGEST), ("canvas", CANVAS))
 ATTEMPT_FORMAT = "%Y-%m-%d-%H-%M-%S"
 
 
@@ -57,25 +65,55 @@ class LmsFile:
     attempt: datetime | None = None
 
 
+def readings(name: str) -> list[LmsFile]:
+    """Every way ``name`` reads as an LMS's file name (:data:`LAYOUTS`), different ones
+    only (who, which LMS id, when), the one whose student part ends first in the name
+    first: the LMS writes the student before the file name the student chose, so that
+    reading is the uploader's. Empty when the name is no LMS's."""
+    found: list[tuple[int, LmsFile]] = []
+    for lms, pattern in LAYOUTS:
+        m = pattern.fullmatch(name)
+        if not m:
+            continue
+        if lms == "moodle":
+            info = LmsFile("moodle", m["student"].strip(), m["file"], m["user_id"])
+        elif lms == "blackboard":
+            try:
+                attempt = datetime.strptime(m["attempt"], ATTEMPT_FORMAT)
+            except ValueError:  # 2026-13-45-...: no time at all
+                continue
+            info = LmsFile("blackboard", m["student"], m["file"] or "", "", attempt=attempt)
+        else:
+            info = LmsFile("canvas", m["student"], m["file"], m["user_id"], late=bool(m["late"]))
+        found.append((m.end("student"), info))
+    out: list[LmsFile] = []
+    for _, info in sorted(found, key=lambda f: f[0]):
+        if all(_who(info) != _who(o) for o in out):
+            out.append(info)
+    return out
+
+
+def _who(info: LmsFile) -> tuple:
+    return info.lms, info.student, info.user_id, info.attempt, info.late
+
+
 def parse_name(name: str) -> LmsFile | None:
-    """The LMS file name ``name`` as :class:`LmsFile`, or None when it is no LMS's."""
-    m = MOODLE.match(name)
-    if m:
-        return LmsFile("moodle", m["student"].strip(), m["file"], m["user_id"])
-    m = BLACKBOARD.match(name)
-    if m:
-        return LmsFile("blackboard", m["student"], m["file"] or "", "",
-                       attempt=datetime.strptime(m["attempt"], ATTEMPT_FORMAT))
-    m = CANVAS.match(name)
-    if m:
-        return LmsFile("canvas", m["student"], m["file"], m["user_id"], late=bool(m["late"]))
-    return None
+    """The LMS file name ``name`` as :class:`LmsFile`, or None when it is no LMS's or
+    reads as more than one (two layouts, or two students or attempts of one layout)."""
+    found = readings(name)
+    return found[0] if len(found) == 1 else None
+
+
+def _reading_text(info: LmsFile) -> str:
+    when = f", attempt of {info.attempt:%Y-%m-%d %H:%M:%S}" if info.attempt else ""
+    return f"{info.lms.capitalize()}: {info.student}" + (f" (id {info.user_id})" if info.user_id else "") + when
 
 
 @dataclass
 class LmsStudent:
     """One student of a bulk download: their folder (made by :func:`gather`, or Moodle's
-    own), the keys the roster is matched on, and what the names said of the time."""
+    own), the keys the roster is matched on, what the names said of the time, and what
+    in their entries was not graded and why (for review)."""
 
     name: str  # the submission's name in the gradebook
     folder: Path
@@ -84,21 +122,29 @@ class LmsStudent:
     late: bool = False
     attempt: datetime | None = None  # the latest attempt's time (Blackboard)
     files: list[str] = field(default_factory=list)  # the download's names, for messages
+    problems: list[str] = field(default_factory=list)  # for needs_review.md
 
 
 def gather(submissions: Path, scratch: Path) -> tuple[list[LmsStudent], set[str]]:
     """The students of the LMS-named entries of ``submissions`` (flat files are copied,
     one folder per student, under ``scratch``; a Moodle folder is used as it is), and the
     names of the entries they took (the rest is for :func:`grading.matching.list_students`).
-    Only notebooks and zips are taken; Blackboard's receipts and other files stay out."""
+    Only notebooks and zips are taken; Blackboard's receipts and other files stay out.
+    A name that reads two ways (two layouts, or another student's or a later attempt
+    inside the file name) is not graded as anyone's: its uploader (the first reading)
+    gets a problem for review. A link, a FIFO or a device is never read or followed,
+    at the top or inside a Moodle folder."""
     groups: dict[tuple[str, str, str], list[tuple[Path, LmsFile]]] = {}
+    problems: dict[tuple[str, str, str], list[str]] = {}
     taken: set[str] = set()
     for entry in sorted(submissions.iterdir()):
-        info = parse_name(entry.name)
-        if info is None or entry.name.startswith("."):
+        found = readings(entry.name)
+        if not found or entry.name.startswith("."):
             continue
-        if entry.is_symlink() or (entry.is_file() and not_a_regular_file(entry)):
-            continue  # a link is never read as the file it names (list_students ignores it, saying so)
+        info = found[0]
+        kind = entry_kind(entry)
+        if kind:
+            continue  # never read as the file it names (list_students ignores it, saying so)
         if entry.is_dir() and not (info.lms == "moodle" and info.file_name == ""):
             continue  # a folder that only looks like a file name: an ordinary student folder
         if entry.is_file() and not entry.name.lower().endswith((".ipynb", ".zip")):
@@ -106,29 +152,49 @@ def gather(submissions: Path, scratch: Path) -> tuple[list[LmsStudent], set[str]
                 taken.add(entry.name)  # the attempt's receipt
             continue
         taken.add(entry.name)
-        groups.setdefault((info.lms, info.student, info.user_id), []).append((entry, info))
-    names = [student for (_, student, _) in groups]
-    out = []
+        key = (info.lms, info.student, info.user_id)
+        if len(found) > 1:
+            groups.setdefault(key, [])
+            problems.setdefault(key, []).append(
+                f"{entry.name} reads as more than one LMS name ({'; '.join(map(_reading_text, found))}); "
+                "it is not graded as anyone's: find whose it is and grade it by hand")
+            continue
+        groups.setdefault(key, []).append((entry, info))
+    out, names = [], set()
     for (lms, student, user_id), files in sorted(groups.items()):
-        name = student if names.count(student) == 1 else f"{student}_{user_id or lms}"
+        name = student if sum(k[1] == student for k in groups) == 1 else f"{student}_{user_id or lms}"
+        while name in names:  # two students' names made equal by the suffix: never one entry for both
+            name += "_"
+        names.add(name)
         latest = max((i.attempt for _, i in files if i.attempt), default=None)
         if lms == "blackboard":  # only the latest attempt's files count
             files = [(p, i) for p, i in files if i.attempt == latest]
         keys = [k for k in (student, user_id) if k]
-        found = LmsStudent(name, files[0][0], lms, keys, any(i.late for _, i in files), latest,
-                           [p.name for p, _ in files])
+        found = LmsStudent(name, files[0][0] if files else scratch, lms, keys, any(i.late for _, i in files), latest,
+                           [p.name for p, _ in files], problems.get((lms, student, user_id), []))
         # One Moodle folder, or one zip the student handed in: the entry itself, as for
         # make grade's own layout. Otherwise the student's notebooks are copied together.
         if not (len(files) == 1 and (files[0][0].is_dir() or files[0][0].suffix.lower() == ".zip")):
-            folder = scratch / "lms" / re.sub(r"[^A-Za-z0-9]+", "_", name)
-            folder.mkdir(parents=True, exist_ok=True)
-            for n, (path, info) in enumerate(files):
-                if path.is_dir():  # Moodle folders beside flat files of the same student
-                    shutil.copytree(path, folder / f"{n:03d}", dirs_exist_ok=True)
-                elif path.suffix.lower() == ".ipynb":  # (a zip beside notebooks is not unpacked)
-                    target = folder / f"{n:03d}" / info.file_name
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(path, target)
-            found.folder = folder
+            found.folder = scratch / "lms" / re.sub(r"[^A-Za-z0-9]+", "_", name)
+            while found.folder.exists():
+                found.folder = found.folder.with_name(found.folder.name + "_")
+            found.folder.mkdir(parents=True)
+            try:
+                _copy(files, found)
+            except OSError as exc:  # this student's download, not the class's
+                found.problems.append(f"the files of {name} could not be copied: {exc}")
         out.append(found)
     return out, taken
+
+
+def _copy(files: list[tuple[Path, LmsFile]], found: LmsStudent) -> None:
+    """The student's notebooks and Moodle folders into ``found.folder``, as untrusted
+    files: what is not a regular file is left out and named in ``found.problems``."""
+    for n, (path, info) in enumerate(files):
+        if path.is_dir():  # Moodle folders beside flat files of the same student
+            for rel, kind in copy_untrusted(path, found.folder / f"{n:03d}"):
+                found.problems.append(f"{path.name}/{rel} {kind}; it is not graded")
+        elif path.suffix.lower() == ".ipynb":  # (a zip beside notebooks is not unpacked)
+            target = found.folder / f"{n:03d}" / info.file_name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(read_untrusted(path))

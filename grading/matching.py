@@ -93,22 +93,105 @@ class Submission:
     problem: str = ""  # the whole submission could not be read (a bad zip)
 
 
+LINK = "is a link, not a notebook"  # what needs_review.md says of a link handed in as a notebook
+SPECIAL = "is not a regular file (a FIFO, a device or a socket)"  # and of anything else that is not a file
+
+
+def _file_kind(info: os.stat_result) -> str:
+    """``""`` for a regular file with one name; else what it is, in the words of the
+    review list (a link of either kind, a FIFO, a device, a socket)."""
+    if stat.S_ISLNK(info.st_mode):
+        return LINK
+    if not stat.S_ISREG(info.st_mode):
+        return SPECIAL
+    if info.st_nlink > 1:
+        return f"is a link (a file with {info.st_nlink} names), not a notebook"
+    return ""
+
+
+def read_untrusted(path: Path) -> bytes:
+    """The bytes of ``path`` when it is a regular file with one name, opened without
+    following a link and without waiting on a FIFO, and checked on the open descriptor
+    (so a file swapped for a link after a walk is still refused). OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        kind = _file_kind(os.fstat(fd))
+        if kind:
+            raise OSError(f"{Path(path).name} {kind}")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def walk_untrusted(root: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Every entry under ``root`` (any depth, sorted), found with ``lstat`` only: the
+    regular files with one name, and the rest with what each is (a link, which is never
+    followed, into a folder or out of the submission; a FIFO, a device, a socket).
+    Folders are entered only when they are real folders. ``root`` itself is not
+    followed either: a link or a FIFO handed in as the submission is the one entry."""
+    files: list[Path] = []
+    others: list[tuple[Path, str]] = []
+    info = os.lstat(root)
+    if not stat.S_ISDIR(info.st_mode):
+        kind = _file_kind(info)
+        (others.append((root, kind)) if kind else files.append(root))
+        return files, others
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        with os.scandir(folder) as entries:
+            for entry in sorted(entries, key=lambda e: e.name, reverse=True):
+                path = Path(entry.path)
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    stack.append(path)
+                elif kind := _file_kind(info):
+                    others.append((path, kind))
+                else:
+                    files.append(path)
+    return sorted(files), sorted(others)
+
+
+def copy_untrusted(src: Path, dest: Path) -> list[tuple[str, str]]:
+    """Copy the regular files under ``src`` (a student's folder) into ``dest``, keeping
+    their relative paths; a link, a FIFO, a device or a socket is left out (never read,
+    never followed) and returned with what it is, as (relative path, kind), for review."""
+    files, others = walk_untrusted(src)
+    for path in files:
+        target = dest / path.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(read_untrusted(path))
+    return [(str(p.relative_to(src)), kind) for p, kind in others]
+
+
 def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(read_untrusted(path)).hexdigest()
+
+
+def _hidden(rel: Path) -> bool:
+    return any(p in IGNORED_PARTS or p.startswith((".", "._")) for p in rel.parts)
 
 
 def _notebook_files(folder: Path) -> list[Path]:
-    found = []
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder)
-        if any(p in IGNORED_PARTS or p.startswith((".", "._")) for p in rel.parts):
-            continue
-        if path.suffix.lower() == ".ipynb" and (path.is_file() or path.is_symlink()):
-            found.append(path)
-    return found
+    """The notebooks under ``folder``, links and FIFOs named ``.ipynb`` among them (so
+    that they are listed for review), found without following a link."""
+    files, others = walk_untrusted(folder)
+    found = [p for p in files + [p for p, _ in others]
+             if p.suffix.lower() == ".ipynb" and not _hidden(p.relative_to(folder))]
+    return sorted(found)
 
 
-LINK = "is a link, not a notebook"  # what needs_review.md says of a link handed in as a notebook
+def entry_kind(path: Path) -> str:
+    """What ``path`` is when it is not a real folder or a regular file with one name (in
+    the review list's words: a link, a FIFO...), found with ``lstat``; "" when it is one."""
+    try:
+        info = path.lstat()
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or type(exc).__name__})"
+    return "" if stat.S_ISDIR(info.st_mode) else _file_kind(info)
 
 
 def not_a_regular_file(path: Path) -> bool:
@@ -118,7 +201,7 @@ def not_a_regular_file(path: Path) -> bool:
         info = path.lstat()
     except OSError:
         return True
-    return not stat.S_ISREG(info.st_mode) or info.st_nlink > 1
+    return bool(_file_kind(info))
 
 
 def match_folder(student: str, folder: Path, chapters: list[Chapter]) -> Submission:
@@ -131,7 +214,7 @@ def match_folder(student: str, folder: Path, chapters: list[Chapter]) -> Submiss
         m = match_name(path.name, chapters)
         shown = str(path.relative_to(folder))
         if not_a_regular_file(path):
-            sub.unmatched.append((shown, f"{LINK}; it is not graded"))
+            sub.unmatched.append((shown, f"{entry_kind(path) or LINK}; it is not graded"))
         elif m.chapter is None:
             sub.unmatched.append((shown, m.reason))
         else:
@@ -148,18 +231,26 @@ def match_folder(student: str, folder: Path, chapters: list[Chapter]) -> Submiss
 
 def submission_digest(entry: Path) -> str:
     """A hash of a submission's content (a zip's bytes; a folder's file names and bytes,
-    at any depth): equal digests, equal submissions, whatever the files' times."""
+    at any depth): equal digests, equal submissions, whatever the files' times. A link is
+    hashed by its name and what it says it points to, a FIFO or a device by its name and
+    kind: neither is followed or read. OSError where a regular file cannot be read."""
     h = hashlib.sha256()
-    files = [entry] if entry.is_file() else sorted(p for p in entry.rglob("*") if p.is_file())
+    files, others = walk_untrusted(entry)
     for path in files:
         h.update(str(path.relative_to(entry)).encode() if path != entry else b"")
         h.update(b"\0" + _sha(path).encode() + b"\n")
+    for path, kind in others:
+        target = os.readlink(path) if path.is_symlink() else ""
+        h.update(f"{path.relative_to(entry) if path != entry else ''}\0{kind}\0{target}\n".encode(errors="replace"))
     return h.hexdigest()
 
 
 def unpack_zip(path: Path, dest: Path) -> str:
     """Extract only the notebooks of a zip into ``dest`` (flat names, no paths taken
     from the archive). Returns a problem description, or "" when it worked."""
+    kind = entry_kind(path)
+    if kind:  # a link or a FIFO named .zip: never opened
+        return f"{path.name} {kind}; it is not graded"
     try:
         with zipfile.ZipFile(path) as zf:
             members = [i for i in zf.infolist() if i.filename.lower().endswith(".ipynb") and not i.is_dir()]
@@ -193,7 +284,7 @@ def list_students(submissions: Path, skip: set[str] = frozenset()) -> tuple[list
     for entry in sorted(submissions.iterdir()):
         if entry.name.startswith(".") or entry.name in IGNORED_PARTS or entry.name in skip:
             continue
-        if entry.is_dir():
+        if entry.is_dir():  # a link to a folder too: listed, so that opening it refuses it for review
             students.append((entry.name, entry))
         elif entry.suffix.lower() == ".zip":
             students.append((entry.stem, entry))
