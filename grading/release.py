@@ -17,7 +17,12 @@ a book whose appendix prints them. ``_build/release/`` (and ``_build/release.zip
 - ``tests/diagnosis/``: the tables that name a known mistake (its hint, its section and
   what it outputs where it fails), so a student of the release is told what the
   repository's graders tell; no bug code;
-- ``README.md`` (the student instructions), ``pytest.ini``, the pinned requirements.
+- ``README.md`` (the student instructions), ``pytest.ini``, the grader's pinned
+  requirements (``requirements-grader.txt``, not the author's ``requirements.txt``: no
+  book build, no browser, no nbgrader) and the model of Chapter 8
+  (``requirements-nodeps.txt``), and a ``pyproject.toml`` (:func:`release_pyproject`)
+  whose editable install registers the graders' pytest plugin and names only the
+  packages the release ships.
 
 It has no ``solutions/``, no references, no hidden tests and no catalogue of wrong
 implementations; :func:`reference_leaks` proves that no function of the references'
@@ -47,8 +52,8 @@ EXPECTED = BUILD / "expected"  # record(): NN_topic.npz and its stamp, NN_topic.
 BOOK_OUT = BUILD / "release-book"  # jupyter-book --path-output: the HTML lands in BOOK_OUT/_build/html
 TOC = BUILD / "release-src" / "_toc.yml"
 STUDENT_README = ROOT / "tools" / "release" / "README.md"
-TOP_FILES = ("pytest.ini", "requirements.txt", "requirements-nodeps.txt", "pyproject.toml")
-PACKAGES = ("grading", "modellab", "distlab", "gpucompile")  # what the graders import
+TOP_FILES = ("pytest.ini", "requirements-grader.txt", "requirements-nodeps.txt")
+PACKAGES = ("distlab", "gpucompile", "grading", "modellab")  # what the graders import
 # A body shorter than this (whitespace normalised) is a token, not an answer: `return x`
 # could be anywhere. Every solution body of the book today is longer (the test says so).
 MIN_BODY_CHARS = 12
@@ -174,7 +179,32 @@ def assemble(html_dir: Path, out: Path = RELEASE) -> Path:
         target = out / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
+    (out / "pyproject.toml").write_text(release_pyproject())
     return out
+
+
+def release_pyproject() -> str:
+    """The repository's ``pyproject.toml`` with its ``packages`` list cut to :data:`PACKAGES`:
+    setuptools stops an install whose list names a folder that is not there (the
+    repository's names ``benchmarks``, which stays behind)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    listed = "packages = [" + ", ".join(f'"{name}"' for name in PACKAGES) + "]"
+    text, found = re.subn(r"^packages = \[.*\]$", listed, text, flags=re.M)
+    if found != 1:
+        raise RuntimeError("pyproject.toml has no one-line `packages = [...]` for the release to rewrite")
+    return text
+
+
+def pyproject_problems(folder: Path) -> list[str]:
+    """What in ``folder/pyproject.toml`` an install would stop at, or the release lacks:
+    a listed package that does not ship, a package that ships and is not listed."""
+    import tomllib
+
+    listed = tomllib.loads((folder / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    problems = [f"pyproject.toml lists {name}, which the release does not ship" for name in listed
+                if not (folder / name / "__init__.py").is_file()]
+    return problems + [f"{name}/ ships but pyproject.toml does not list it" for name in PACKAGES
+                       if name not in listed]
 
 
 def _stamp(stem: str) -> str:
@@ -256,10 +286,11 @@ def write_zip(folder: Path) -> Path:
 
 
 def check(folder: Path) -> list[str]:
-    """What must not be in a release: solutions, the catalogue, hidden tests, solution bodies."""
+    """What must not be in a release (solutions, the catalogue, hidden tests, solution
+    bodies, reference code), and a ``pyproject.toml`` its own install would stop at."""
     problems = [f"{name}/ is in the release" for name in ("solutions", "tests/catalogue", "hidden_tests")
                 if (folder / name).exists()]
-    return problems + leaks(folder) + reference_leaks(folder)
+    return problems + pyproject_problems(folder) + leaks(folder) + reference_leaks(folder)
 
 
 def main(argv: list[str] | None = None) -> int:

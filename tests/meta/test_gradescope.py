@@ -3,8 +3,9 @@
 The zip is built (Chapters 1 and 3, with one hidden test; and every chapter), unpacked into
 a temporary folder that stands in for ``/autograder`` (``source/`` holds the zip's files,
 ``run_autograder`` is copied to the root, as Gradescope does), and ``run_autograder``
-grades with a Python that has the third-party packages but **not this checkout**
-(``tests/meta/isolated_python.py``): that is the environment ``setup.sh`` makes, where
+grades with a Python that has the third-party packages the zip's ``requirements-grader.txt``
+pins but **not this checkout** (``tests/meta/isolated_python.py``): that is the
+environment ``setup.sh`` makes, where
 ``import grading`` works only from the zip's own ``source/``. The development ``.venv``,
 where ``pip install -e .`` registers the grading plugin and every package of the
 repository, would hide a zip that cannot grade.
@@ -36,6 +37,7 @@ import pytest
 from grading import gradescope
 from grading.catalogue import load_catalogue
 from grading.layout import EXERCISES, SOLUTIONS, TESTS
+from grading.pins import grader_requirements
 from tests.meta.isolated_python import assert_isolated, clean_env, make_isolated_python
 
 STEM = "01_kv_memory"
@@ -83,11 +85,16 @@ SUBMISSIONS = {
 }
 
 
+# What setup.sh installs for a zip without Chapters 7 and 8: the grader's common pins.
+CORE_PINS = grader_requirements({"grading"})
+
+
 @pytest.fixture(scope="module")
 def isolated(tmp_path_factory) -> Path:
-    """The Python run_autograder runs with: third-party packages, not this checkout."""
+    """The Python run_autograder runs with, for a zip without Chapters 7 and 8: the
+    distributions its requirements-grader.txt pins, not this checkout."""
     base = tmp_path_factory.mktemp("isolated")
-    python = make_isolated_python(base / "venv")
+    python = make_isolated_python(base / "venv", CORE_PINS)
     assert_isolated(python, base)
     return python
 
@@ -281,19 +288,35 @@ ALL_SUBMISSION = {
 
 
 @pytest.fixture(scope="module")
-def graded_all(tmp_path_factory, isolated):
+def graded_all(tmp_path_factory):
     base = tmp_path_factory.mktemp("gradescope-all")
     zip_path = gradescope.build(base / "build")
     root = autograder_root(zip_path, base / "root")
     for stem, make in ALL_SUBMISSION.items():
         nbformat.write(make(), root / "submission" / f"{stem}.ipynb")
-    done = run_autograder(root, isolated)
+    # The distributions this zip's requirements-grader.txt pins, Triton and transformers among them.
+    python = make_isolated_python(base / "venv", (root / "source" / gradescope.GRADER_PINS).read_text())
+    assert_isolated(python, base)
+    done = run_autograder(root, python)
     return {"zip": zip_path, "proc": done, "results": json.loads((root / "results" / "results.json").read_text())}
+
+
+def test_a_zip_without_chapters_7_and_8_pins_neither_triton_nor_transformers(built):
+    """setup.sh installs the zip's requirements-grader.txt: the common pins only, and no
+    model (requirements-nodeps.txt) where Chapter 8 is not graded."""
+    with zipfile.ZipFile(built["zip"]) as zf:
+        pinned = zf.read(gradescope.GRADER_PINS).decode()
+        names = set(zf.namelist())
+    assert pinned == CORE_PINS and "torch==" in pinned and "pytest==" in pinned, pinned
+    assert "triton==" not in pinned and "transformers==" not in pinned, pinned
+    assert gradescope.MODEL_PINS not in names and "requirements.txt" not in names, names
 
 
 def test_the_all_chapter_zip_carries_what_chapters_7_8_and_10_import(graded_all):
     with zipfile.ZipFile(graded_all["zip"]) as zf:
         names = set(zf.namelist())
+        pinned = zf.read(gradescope.GRADER_PINS).decode()
+    assert "triton==" in pinned and "transformers==" in pinned and gradescope.MODEL_PINS in names, pinned
     for needed in ("gpucompile/chapter07.py", "distlab/launch.py", "modellab/load.py",
                    "tests/references/ref_07_triton_jit.py", "tests/references/ref_10_context_parallel.py"):
         assert needed in names, needed

@@ -3,7 +3,8 @@
 Building the book is the expensive part, so ``make test`` runs ``make release`` once and
 these tests check the folder it left; run alone without it, they are skipped with that
 reason. The checks that need no build (the leak detector finds what it must, the toc
-of the release has no solution page) always run.
+of the release has no solution page) always run. These grade with the repository's
+``.venv``; ``test_release_install.py`` sets the release up as its README tells a student.
 """
 
 from __future__ import annotations

@@ -162,3 +162,50 @@ def test_chapters_do_not_link_to_solution_notebooks():
     linked = [f"{p.name}:{n}" for p in sorted((ROOT / "chapters").glob("*.md"))
               for n, line in enumerate(p.read_text().splitlines(), 1) if "](../solutions/" in line]
     assert not linked, f"chapter lines linking into solutions/: {linked}"
+
+
+def test_grader_pins_are_the_authors_at_the_same_versions():
+    """requirements-grader.txt (the student edition's and Gradescope's) is a part of
+    requirements.txt, every version the same: one set of versions, tested by make test."""
+    from grading.pins import AUTHOR_REQUIREMENTS, GRADER_REQUIREMENTS, pins as grader_pins
+
+    author, grader = grader_pins(AUTHOR_REQUIREMENTS.read_text()), grader_pins(GRADER_REQUIREMENTS.read_text())
+    assert grader and not sorted(set(grader) - set(author)), f"only in requirements-grader.txt: {set(grader) - set(author)}"
+    differ = {name: (version, author[name]) for name, version in grader.items() if author[name] != version}
+    assert not differ, f"requirements-grader.txt vs requirements.txt: {differ}"
+
+
+def test_grader_pins_hold_their_own_dependencies_section_by_section():
+    """Each dependency of a pinned distribution (as installed in this .venv, for this Python)
+    is pinned too: the common lines' in the common lines, a section's in the common lines
+    or that section, so that a Gradescope zip without Chapter 8 still installs whole."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    from grading.gradescope import CHAPTER_PACKAGES
+    from grading.pins import GRADER_REQUIREMENTS, canonical, sections
+
+    parts = {key: {canonical(line.split("==")[0]) for line in lines}
+             for key, lines in sections(GRADER_REQUIREMENTS.read_text()).items()}
+    assert set(parts) - {None} <= set(CHAPTER_PACKAGES), f"sections for packages that are no chapter's: {parts}"
+    missing = []
+    for key, names in parts.items():
+        allowed = parts[None] | names
+        for name in sorted(names):
+            for line in metadata.distribution(name).requires or []:
+                req = Requirement(line)
+                if (not req.marker or req.marker.evaluate({"extra": ""})) and canonical(req.name) not in allowed:
+                    missing.append(f"{name} (section {key or 'common'}) needs {req.name}")
+    assert not missing, missing
+
+
+def test_versions_the_student_readme_names_are_the_pinned_ones():
+    from grading.pins import AUTHOR_REQUIREMENTS, pins as grader_pins
+
+    author = grader_pins(AUTHOR_REQUIREMENTS.read_text())
+    named = {m.group(1): m.group(2) for m in re.finditer(r"\b([A-Za-z][\w.\-]*)==([\w.]+)",
+                                                          (ROOT / "tools" / "release" / "README.md").read_text())}
+    differ = {name: (version, author.get(name.lower())) for name, version in named.items()
+              if author.get(name.lower()) != version}
+    assert not differ, f"tools/release/README.md vs requirements.txt: {differ}"

