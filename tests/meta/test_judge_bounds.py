@@ -181,13 +181,17 @@ def test_another_exercise(nb):
 '''
 
 
-def test_a_hidden_tests_contestant_is_spawned_as_a_public_ones(tmp_path):
+def test_a_hidden_tests_contestant_is_spawned_as_a_public_ones(tmp_path, monkeypatch):
     """A public and a hidden grader of Chapter 1, one judge (grading.child by way of
     grading.runner), each asking the notebook what it sees of how it was started: the
     two answers are the same, field by field. A test of another exercise runs between
     them, so the hidden test's contestant is a fresh one, not the public test's."""
     from grading import runner
+    from grading.layout import ROOT
 
+    # The real graders sit in tests/, from which pytest puts the repository on the judge's
+    # path; these stand elsewhere, so the judge is told where `tests.references` is.
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
     nb = nbformat.read(SOLUTIONS / f"{STEM}.ipynb", as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(PROBE))
     if nb.nbformat_minor < 5:
@@ -211,7 +215,7 @@ def test_a_hidden_tests_contestant_is_spawned_as_a_public_ones(tmp_path):
     seen = [json.loads((tmp_path / f"{side}.json").read_text()) for side in ("public", "hidden")]
     assert seen[0] == seen[1]
     assert seen[0]["spawn"]["name"] == f"{STEM}.ipynb" and seen[0]["spawn"]["stem"] == STEM
-    assert seen[0]["spawn"]["references"] is not None  # the other exercises swapped, as for a public test
+    assert seen[0]["spawn"]["references"] is not None, seen[0]["spawn"]  # the other exercises swapped, as for a public test
 
 
 # -- the judge's own memory limit ------------------------------------------------------------------
