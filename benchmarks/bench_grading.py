@@ -9,14 +9,7 @@
 
 - ``grade.sandbox_overhead``: the same one submission graded in the bubblewrap sandbox,
   divided by the time without it (``GRADING_SANDBOX=none``): the median of paired rounds.
-- ``grade.hostile_suite_lost_rows``: rows missing from the gradebook of the hostile class
-  (``tests/meta/test_hostile_submissions.py``: twelve attacks among two honest students).
-- ``grade.forged_points`` (issue 25): points earned by wrong answers in that class and in
-  ``tests/meta/test_hostile_values.py`` (liars, a patched result writer, forged frames, a
-  memory walk for a hidden test, links): every one must earn 0.
-- ``grade.isolation_overhead`` (issue 25): pytest on the solutions through the judge and
-  its sandboxed contestants, over the same graders with the notebook in the grading process
-  (``GRADING_IN_PROCESS=1``), Chapters 1-6 and 9, median of paired rounds.
+  (What a hostile class earns, and what isolation costs: benchmarks/bench_integrity.py.)
 
 - ``grade.peak_rss_mb_max`` (issue 15): the largest, over chapters, of the memory a
   Gradescope container must hold to grade that chapter: the proportional set size (PSS:
@@ -113,56 +106,11 @@ def run() -> list[Record]:
             records.append(Record("grade.sandbox_overhead", median_ratio(boxed, bare), "ratio", "<= 1.15",
                                   note=f"one submission, {chapters} chapters, {SANDBOX_ROUNDS} paired rounds: "
                                        f"sandboxed {min(boxed):.1f} s, unsandboxed {min(bare):.1f} s (best)"))
-            lost, forged = _hostile_lost_rows(tmp / "hostile")
-            records.append(Record("grade.hostile_suite_lost_rows", lost, "rows",
-                                  "== 0", note="the hostile class of tests/meta/test_hostile_submissions.py"))
-            records.append(Record("grade.forged_points", forged + _liars_points(tmp / "liars"), "points", "== 0",
-                                  note="points earned by the wrong answers of tests/meta/test_hostile_submissions.py "
-                                       "and tests/meta/test_hostile_values.py (every student but the controls)"))
         else:
             records.append(Record("grade.sandbox_overhead", float("nan"), "ratio", "<= 1.15",
                                   note=f"not measured: {sandbox.status().line}"))
         records += gradescope_records(tmp / "gradescope", stems)
-    records.append(isolation_overhead())
     return records
-
-
-# Chapters whose graders also run with the notebook in the grading process (the baseline):
-# Chapter 7 needs contestants with the interpreter, 8 the model, 10 gloo ranks.
-IN_PROCESS_CHAPTERS = ("01", "02", "03", "04", "05", "06", "09")
-ISOLATION_ROUNDS = 3
-
-
-def isolation_overhead() -> Record:
-    """``grade.isolation_overhead``: pytest on the solutions through the judge and its
-    contestants, divided by the same graders with the notebook run in the grading process
-    (``GRADING_IN_PROCESS=1``, the way graders ran before issue 25): median of paired rounds."""
-    files = [str(c.test_file) for c in discover_chapters() if c.stem[:2] in IN_PROCESS_CHAPTERS]
-    argv = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-n", "2"]
-
-    def seconds(extra: dict) -> float:
-        start = time.perf_counter()
-        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **extra})
-        if proc.returncode != 0:
-            raise RuntimeError(f"pytest exited with {proc.returncode}: {proc.stdout[-500:]}")
-        return time.perf_counter() - start
-
-    judged, in_process = [], []
-    for _ in range(ISOLATION_ROUNDS):
-        judged.append(seconds({}))
-        in_process.append(seconds({"GRADING_IN_PROCESS": "1"}))
-    return Record("grade.isolation_overhead", median_ratio(judged, in_process), "ratio", "<= 1.5",
-                  note=f"chapters {', '.join(IN_PROCESS_CHAPTERS)} on solutions/, 2 workers, {ISOLATION_ROUNDS} "
-                       f"paired rounds: judge and contestants {min(judged):.1f} s, in one process "
-                       f"{min(in_process):.1f} s (best)")
-
-
-def _liars_points(base: Path) -> float:
-    """Points the liars of tests/meta/test_hostile_values.py earned (every one should earn 0)."""
-    from tests.meta.test_hostile_values import CONTROLS, build_class, grade_class
-
-    rows = grade_class(build_class(base))["rows"]
-    return sum(float(r["points"] or 0) for r in rows if r["student"] not in CONTROLS)
 
 
 PEAK_SAMPLE_S = 0.05  # how often the process tree's memory is read
@@ -281,14 +229,3 @@ def gradescope_records(base: Path, stems: list[str]) -> list[Record]:
     return records
 
 
-def _hostile_lost_rows(base: Path) -> tuple[int, float]:
-    """Build the hostile class of the test suite, grade it: the rows that are missing, and
-    the points its hostile students earned."""
-    from tests.meta.test_hostile_submissions import CONTROLS, build_class, grade_class
-
-    made = build_class(base)
-    rows = grade_class(made)["rows"]
-    expected = {r["exercise"] for r in rows if r["student"] == CONTROLS[0] and r["exercise"]}
-    lost = sum(len(expected - {r["exercise"] for r in rows if r["student"] == s and r["exercise"]})
-               for s in (*CONTROLS, *made["names"]))
-    return lost, sum(float(r["points"] or 0) for r in rows if r["student"] in made["names"])

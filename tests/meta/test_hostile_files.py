@@ -305,11 +305,20 @@ def build_hostile_class(base: Path) -> dict:
     return {"subs": subs, "out": base / "grades", "hidden": base / "hidden", "roster": roster}
 
 
+ATTACKERS = ("mallory", "linker", FORMULA, "half_inf")  # every point they earn is forged
+VICTIM = "victim"
+
+
 @pytest.fixture(scope="module")
 def hostile_class(tmp_path_factory):
     if not sandbox.status().sandboxed:
         pytest.skip(f"needs the grading sandbox here: {sandbox.status().line}")
-    made = build_hostile_class(tmp_path_factory.mktemp("hostile_files"))
+    return grade_hostile_class(build_hostile_class(tmp_path_factory.mktemp("hostile_files")))
+
+
+def grade_hostile_class(made: dict) -> dict:
+    """Grade the class :func:`build_hostile_class` made with ``grading.batch``: the run,
+    and every CSV it wrote, read as cells (also ``make bench``'s, benchmarks/bench_integrity.py)."""
     proc = subprocess.run([sys.executable, "-m", "grading.batch", str(made["subs"]), "--out", str(made["out"]),
                            "--chapters", "1", "--workers", "2", "--timeout", "120", "--memory-mb", "3000",
                            "--extra-tests", str(made["hidden"]), "--roster", str(made["roster"]), "--quiet"],
@@ -336,7 +345,7 @@ def test_a_class_of_hostile_files_is_graded_whole(hostile_class):
     assert proc.returncode == 0, proc.stderr[-3000:]
     victim = _points(hostile_class, "victim")
     assert victim[0] == victim[1] > 0 and any("hidden" in r[0] for r in victim[2]), victim  # hidden test too
-    for attacker in ("mallory", "linker", FORMULA, "half_inf"):
+    for attacker in ATTACKERS:
         assert _points(hostile_class, attacker)[0] == 0, (attacker, _points(hostile_class, attacker))
     review = (out / "needs_review.md").read_text()
     assert "**mallory**" in review and "reads as more than one LMS name" in review, review

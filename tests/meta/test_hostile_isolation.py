@@ -10,6 +10,8 @@ next exercise looks for each, and must find none.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nbformat
 import pytest
 
@@ -57,28 +59,41 @@ def look():
 '''
 
 
-@pytest.fixture(scope="module")
-def notebook(tmp_path_factory):
+def open_relay(folder: Path):
+    """The Chapter 1 stub with :data:`LEAVE_AND_LOOK` added, as the judge holds it."""
     nb = nbformat.read(EXERCISES / f"{STEM}.ipynb", as_version=4)
     cell = nbformat.v4.new_code_cell(LEAVE_AND_LOOK)
     cell.pop("id", None)  # the stubs are nbformat 4.4, whose cells carry no id
     nb.cells.append(cell)
-    path = tmp_path_factory.mktemp("isolation") / f"{STEM}.ipynb"
+    path = folder / f"{STEM}.ipynb"
     nbformat.write(nb, path)
-    proxy = open_notebook(path, STEM, trusted=True)
+    return open_notebook(path, STEM, trusted=True)
+
+
+def relay(notebook) -> tuple[dict, str, list[str], int]:
+    """What 1.1's contestant left (and whether it could), why contestants are not isolated
+    here ('' if they are), what 1.2's contestant found of it, and 1.2's pid as it sees it
+    (also ``make bench``'s ``grade.cross_student_effects``)."""
+    notebook.use("1.1")
+    left = notebook.leave_behind()
+    isolation = notebook.session.launch.isolation
+    notebook.use("1.2")
+    found, pid = notebook.look()
+    return left, isolation, found, pid
+
+
+@pytest.fixture(scope="module")
+def notebook(tmp_path_factory):
+    proxy = open_relay(tmp_path_factory.mktemp("isolation"))
     yield proxy
     proxy.close()
 
 
 def test_the_next_contestant_finds_nothing_the_last_one_left(notebook):
-    notebook.use("1.1")
-    left = notebook.leave_behind()
-    isolation = notebook.session.launch.isolation
+    left, isolation, found, pid = relay(notebook)
     if isolation:
         pytest.skip(f"this kernel does not give contestants namespaces of their own: {isolation}")
     assert left["."] == "written", left  # its own work folder is writable
     assert all(left[f"key{ring}"] < 0 for ring in (-3, -4, -5)), left  # no keyring at all
-    notebook.use("1.2")
-    found, pid = notebook.look()
     assert found == [], f"the contestant of 1.2 found what 1.1's left: {found}"
     assert pid == 1  # PID 1 of a namespace of its own: what it leaves dies with it

@@ -1,0 +1,136 @@
+"""``make bench`` records of the grader's integrity: what a hostile class earns, and what
+keeping it apart costs.
+
+- ``grade.hostile_suite_lost_rows``: rows missing from the gradebook of the hostile class
+  (``tests/meta/test_hostile_submissions.py``: attacks among two honest students).
+- ``grade.forged_points``: points earned by wrong answers in that class, in
+  ``tests/meta/test_hostile_values.py`` (liars, a patched result writer, forged frames, a
+  memory walk for a hidden test, links) and in ``tests/meta/test_hostile_files.py`` (a
+  name that reads as another student's attempt, links to ``/proc`` and a FIFO, a formula
+  for a name, a NumPy infinity for an int): every one must earn 0.
+- ``grade.cross_student_effects``: what one submission did to another. The points the
+  victim of ``test_hostile_files.py`` lost, plus each thing the contestant of one exercise
+  left that the next exercise's contestant found (``test_hostile_isolation.py``: files in
+  every writable place, keys, a message queue, a running process). Goal 0.
+- ``grade.isolation_overhead``: pytest on the solutions through the judge and its
+  sandboxed contestants, over the same graders with the notebook in the grading process
+  (``GRADING_IN_PROCESS=1``), Chapters 1-6 and 9, median of paired rounds. The judge now
+  answers the calls a graded exercise makes into another (their references run there),
+  which costs round trips: this measures them too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.records import Record, median_ratio
+from grading import sandbox
+from grading.layout import ROOT, discover_chapters
+
+
+def run() -> list[Record]:
+    records = []
+    with tempfile.TemporaryDirectory(prefix="bench-integrity-") as tmp:
+        tmp = Path(tmp)
+        if sandbox.status().sandboxed:
+            lost, forged = _hostile_lost_rows(tmp / "hostile")
+            files_forged, victim_lost = _hostile_files(tmp / "files")
+            records.append(Record("grade.hostile_suite_lost_rows", lost, "rows",
+                                  "== 0", note="the hostile class of tests/meta/test_hostile_submissions.py"))
+            records.append(Record("grade.forged_points", forged + _liars_points(tmp / "liars") + files_forged,
+                                  "points", "== 0",
+                                  note="points earned by the wrong answers of tests/meta/test_hostile_submissions.py, "
+                                       "test_hostile_values.py and test_hostile_files.py (every student but the "
+                                       "controls and the victim)"))
+            found, why = _relayed(tmp / "relay")
+            records.append(Record("grade.cross_student_effects", victim_lost + len(found), "effects", "== 0",
+                                  note=f"points the victim of test_hostile_files.py lost ({victim_lost:g}) + what "
+                                       f"the next contestant found of the last one's ({', '.join(found) or 'nothing'})"
+                                       + (f"; contestants not isolated here: {why}" if why else "")))
+        else:
+            for name in ("grade.hostile_suite_lost_rows", "grade.forged_points", "grade.cross_student_effects"):
+                records.append(Record(name, float("nan"), "count", "== 0",
+                                      note=f"not measured: {sandbox.status().line}"))
+    records.append(isolation_overhead())
+    return records
+
+
+def _hostile_files(base: Path) -> tuple[float, float]:
+    """Grade the class of tests/meta/test_hostile_files.py: the points its attackers
+    earned, and the points its victim lost."""
+    from tests.meta.test_hostile_files import ATTACKERS, VICTIM, _points, build_hostile_class, grade_hostile_class
+
+    graded = grade_hostile_class(build_hostile_class(base))
+    got, full, _ = _points(graded, VICTIM)
+    return sum(_points(graded, a)[0] for a in ATTACKERS), full - got
+
+
+def _relayed(base: Path) -> tuple[list[str], str]:
+    """What the next contestant found of what the last one left, and why contestants are
+    not isolated here ('' if they are)."""
+    from tests.meta.test_hostile_isolation import open_relay, relay
+
+    base.mkdir(parents=True)
+    notebook = open_relay(base)
+    try:
+        _, why, found, _ = relay(notebook)
+    finally:
+        notebook.close()
+    return list(found), why
+
+
+# Chapters whose graders also run with the notebook in the grading process (the baseline):
+# Chapter 7 needs contestants with the interpreter, 8 the model, 10 gloo ranks.
+IN_PROCESS_CHAPTERS = ("01", "02", "03", "04", "05", "06", "09")
+ISOLATION_ROUNDS = 3
+
+
+def isolation_overhead() -> Record:
+    """``grade.isolation_overhead``: pytest on the solutions through the judge and its
+    contestants, divided by the same graders with the notebook run in the grading process
+    (``GRADING_IN_PROCESS=1``, the way graders ran before issue 25): median of paired rounds."""
+    files = [str(c.test_file) for c in discover_chapters() if c.stem[:2] in IN_PROCESS_CHAPTERS]
+    argv = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-n", "2"]
+
+    def seconds(extra: dict) -> float:
+        start = time.perf_counter()
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **extra})
+        if proc.returncode != 0:
+            raise RuntimeError(f"pytest exited with {proc.returncode}: {proc.stdout[-500:]}")
+        return time.perf_counter() - start
+
+    judged, in_process = [], []
+    for _ in range(ISOLATION_ROUNDS):
+        judged.append(seconds({}))
+        in_process.append(seconds({"GRADING_IN_PROCESS": "1"}))
+    return Record("grade.isolation_overhead", median_ratio(judged, in_process), "ratio", "<= 1.5",
+                  note=f"chapters {', '.join(IN_PROCESS_CHAPTERS)} on solutions/, 2 workers, {ISOLATION_ROUNDS} "
+                       f"paired rounds: judge and contestants {min(judged):.1f} s, in one process "
+                       f"{min(in_process):.1f} s (best)")
+
+
+def _liars_points(base: Path) -> float:
+    """Points the liars of tests/meta/test_hostile_values.py earned (every one should earn 0)."""
+    from tests.meta.test_hostile_values import CONTROLS, build_class, grade_class
+
+    rows = grade_class(build_class(base))["rows"]
+    return sum(float(r["points"] or 0) for r in rows if r["student"] not in CONTROLS)
+
+
+
+def _hostile_lost_rows(base: Path) -> tuple[int, float]:
+    """Build the hostile class of the test suite, grade it: the rows that are missing, and
+    the points its hostile students earned."""
+    from tests.meta.test_hostile_submissions import CONTROLS, build_class, grade_class
+
+    made = build_class(base)
+    rows = grade_class(made)["rows"]
+    expected = {r["exercise"] for r in rows if r["student"] == CONTROLS[0] and r["exercise"]}
+    lost = sum(len(expected - {r["exercise"] for r in rows if r["student"] == s and r["exercise"]})
+               for s in (*CONTROLS, *made["names"]))
+    return lost, sum(float(r["points"] or 0) for r in rows if r["student"] in made["names"])
