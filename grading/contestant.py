@@ -322,7 +322,9 @@ class Contestant:
             reply, buffers = wire.receive(self.sock)
             if "error" in reply:
                 raise _asked_error(wire.RemoteError.from_json(reply["error"]))
-            value = self.decode(reply.get("value"), buffers)
+            if "value" not in reply:
+                raise wire.WireError("the grader's answer to a call of another exercise has no value")
+            value = self.decode(reply["value"], buffers)
             for slot, node in reply.get("mutated") or []:
                 original = args[slot] if isinstance(slot, int) else kwargs[slot]
                 _fill(original, self.decode(node, buffers))
