@@ -227,14 +227,22 @@ def test_an_override_may_name_the_student_by_roster_id():
 
 # -- the round trip ----------------------------------------------------------------------------------
 def test_a_canvas_download_graded_late_and_imported_back(tmp_path):
-    """A Canvas download (Alice solved, on time; Bob solved, marked LATE and 30 hours late
-    in submitted.csv, named there by his roster id), Canvas's roster export, a due date and
-    10% a day: no --chapters, so only Chapter 1 (all the download holds) is graded, and the
-    model of Chapter 8 is not converted."""
+    """A Canvas download (Alice solved, on time, and handed in Chapter 3's stub too; Bob
+    solved, marked LATE and 30 hours late in submitted.csv, named there by his roster id;
+    María, an accented name, whose solved notebook is called homework1.ipynb; an anonymous
+    submission; a file nothing reads), Canvas's roster export, a due date and 10% a day: no
+    --chapters, so Chapters 1 and 3 (all the download holds) are graded, and the model of
+    Chapter 8 is not converted. No cell holds a zero the grader did not give."""
+    ch3 = "03_quantized_kv_cache"
     folder = _download(tmp_path / "download", {
         "smithalice_12345_678901_01_kv_memory.ipynb": SOLVED,
-        "jonesbob_LATE_23456_678902_01_kv_memory.ipynb": SOLVED})
-    (tmp_path / "roster.csv").write_text(CANVAS_ROSTER)
+        f"smithalice_12345_678907_{ch3}.ipynb": EXERCISES / f"{ch3}.ipynb",
+        "jonesbob_LATE_23456_678902_01_kv_memory.ipynb": SOLVED,
+        "deleónmaría_34567_678903_homework1.ipynb": SOLVED,
+        "anon_Xy3Zq_678904_01_kv_memory.ipynb": SOLVED,
+        "jonesbob_23456_678905_text.html": SOLVED})
+    (tmp_path / "roster.csv").write_text(CANVAS_ROSTER + '"de León, María",34567,S003,mdeleon,Section A\n',
+                                         encoding="utf-8")
     (tmp_path / "submitted.csv").write_text("student,submitted\n23456,2026-12-03T05:59:00+00:00\n")
     out = tmp_path / "grades"
     done = subprocess.run([sys.executable, "-m", "grading.batch", str(folder), "--out", str(out), "--workers", "2",
@@ -242,23 +250,35 @@ def test_a_canvas_download_graded_late_and_imported_back(tmp_path):
                            "--late-penalty", "0.1:0.5", "--submitted", str(tmp_path / "submitted.csv")],
                           cwd=ROOT, capture_output=True, text=True, timeout=800)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"chapters graded: {STEM} (the chapters the submissions hold notebooks of" in done.stderr
+    assert f"chapters graded: {STEM}, {ch3} (the chapters the submissions hold notebooks of" in done.stderr
     assert "modellab" not in done.stderr
-    with open(out / "gradebook_canvas.csv", newline="") as f:
+    with open(out / "gradebook_canvas.csv", newline="", encoding="utf-8") as f:
         table = list(csv.reader(f))
-    assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", STEM]
+    assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", STEM, ch3]
     full = float(table[1][5])
-    assert table[1][:5] == ["Points Possible", "", "", "", ""] and full > 0
-    got = {row[1]: float(row[5]) for row in table[2:]}
-    assert got == {"12345": full, "23456": pytest.approx(full * 0.8)}  # 30 hours: two started days
+    assert table[1][:5] == ["Points Possible", "", "", "", ""] and full > 0 and float(table[1][6]) > 0
+    got = {row[1]: row[5:] for row in table[2:]}
+    assert set(got) == {"12345", "23456", "34567"}  # the anonymous submission has no Canvas id
+    assert float(got["12345"][0]) == full and got["12345"][1] == "0"  # the stub: a zero the grader gave
+    assert float(got["23456"][0]) == pytest.approx(full * 0.8) and got["23456"][1] == ""  # 30 hours: two days
+    assert got["34567"] == ["", ""]  # homework1.ipynb waits for review: no grade, not 0
     feedback = (out / "feedback" / "jonesbob.md").read_text()
     assert "late: submitted 2026-12-03T05:59+00:00" in feedback and "20% of the points taken" in feedback
+    assert f"## {ch3}: no grade yet" in feedback and "0 / " not in feedback.split(f"## {ch3}")[1]
     assert "late" not in (out / "feedback" / "smithalice.md").read_text().lower()
-    review = (out / "needs_review.md").read_text()
-    assert f"chapters graded: {STEM}" in review
-    with open(out / "gradebook_wide.csv", newline="") as f:
+    maria = (out / "feedback" / "deleónmaría.md").read_text(encoding="utf-8")
+    assert "homework1.ipynb" in maria and "waiting for the instructor's review" in maria
+    assert "No notebook" not in maria and "000/" not in maria
+    review = (out / "needs_review.md").read_text(encoding="utf-8")
+    assert f"chapters graded: {STEM}, {ch3}" in review
+    assert f"partly handed in: {ch3}: graded for 1 of 4 submissions" in review
+    assert "ignored jonesbob_23456_678905_text.html" in review
+    assert "deleónmaría" in review and "homework1.ipynb was not matched" in review
+    assert "anon_Xy3Zq is not on the roster" in review
+    with open(out / "gradebook_wide.csv", newline="", encoding="utf-8") as f:
         wide = {r["student"]: r for r in csv.DictReader(f)}
     assert float(wide["jonesbob"]["max_total"]) == full and float(wide["jonesbob"]["total"]) == pytest.approx(full * 0.8)
+    assert wide["deleónmaría"]["total"] == "" and float(wide["anon_Xy3Zq"]["total"]) == full
 
 
 # -- Canvas's names as Canvas writes them (lib/content_zipper.rb) ------------------------------------
