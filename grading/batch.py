@@ -341,14 +341,21 @@ def submission_rows(student: str, sub: Submission, chapters: list[Chapter]) -> l
 
 
 def submission_tasks(student: str, sub: Submission, chapters: list[Chapter]) -> list[Task]:
-    """One task per chapter, with why a chapter's notebook is missing or ambiguous."""
+    """One task per chapter, with why a chapter's notebook is missing or ambiguous. A
+    chapter without a notebook beside notebooks no chapter claimed is not missing: one of
+    those may be it, and a person decides (needs review, no grade until then)."""
     tasks = []
+    unplaced = [name for name, _ in sub.unmatched]
     for c in chapters:
         note = ""
         if c.stem in sub.ambiguous:
             note = f"several different notebooks could be {c.stem}: {', '.join(sub.ambiguous[c.stem])}; keep one"
         elif sub.problem:
             note = sub.problem
+        elif c.stem not in sub.notebooks and unplaced:
+            note = (f"no notebook is named as {c.stem}, and {', '.join(unplaced)} "
+                    f"{'was' if len(unplaced) == 1 else 'were'} not matched to a chapter: "
+                    "waiting for the instructor's review")
         tasks.append(Task(student, c, sub.notebooks.get(c.stem), note))
     return tasks
 
@@ -365,9 +372,20 @@ def open_submission(student: str, entry: Path, chapters: list[Chapter], scratch:
         if entry.suffix.lower() == ".zip" and entry.is_file():
             folder = scratch / f"{n:05d}-{re.sub(r'[^A-Za-z0-9]+', '_', student)}"
             problem = unpack_zip(entry, folder)
-        return Submission(student, problem=problem) if problem else match_folder(student, folder, chapters)
+        # A zip unpacked or an LMS's files gathered (grading.lms) are our copies, under scratch:
+        # what the student reads names their files, never our folders.
+        copied = folder.resolve().is_relative_to(scratch.resolve())
+        return Submission(student, problem=problem) if problem else match_folder(student, folder, chapters, copied)
     except OSError as exc:
-        return Submission(student, problem=f"the submission's files could not be read ({exc}); it is not graded")
+        return Submission(student, problem=f"the submission's files could not be read ({os_error_text(exc)}); "
+                                           "it is not graded")
+
+
+def os_error_text(exc: OSError) -> str:
+    """An OSError as a student may read it: what went wrong and the file's name, without
+    the folder (a scratch folder of ours, or the instructor's)."""
+    name = Path(exc.filename).name if getattr(exc, "filename", None) else ""
+    return f"{exc.strerror or type(exc).__name__}" + (f": {name}" if name else "")
 
 
 # -- the whole run --------------------------------------------------------------------------
@@ -523,9 +541,12 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
     students, ignored = list_students(args.submissions, skip=taken)
     students = sorted(students + [(x.name, x.folder) for x in lms_students])
     lms_info = {x.name: x for x in lms_students}
-    for name in ignored:
-        print(f"ignored {name}: neither a folder, a .zip, nor a file named as an LMS's download names it "
-              "(Canvas, Moodle, Blackboard)", file=sys.stderr)
+    # Listed in needs_review.md too: a download's file the parser did not read is a student
+    # who would otherwise seem not to have handed in.
+    ignored_lines = [f"ignored {name}: neither a folder, a .zip, nor a file named as an LMS's download names it "
+                     "(Canvas, Moodle, Blackboard); it is not graded" for name in ignored]
+    for line in ignored_lines:
+        print(line, file=sys.stderr)
     subs = {student: open_submission(student, entry, chapters, scratch, n)
             for n, (student, entry) in enumerate(students)}
     if args.chapters:
@@ -546,7 +567,7 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
     lateness = lateness_of(args, [s for s, _ in students], lms_info, submitted, matched)
     hidden = hidden_tests(args.extra_tests, chapters)
     grader = Grader(GradeConfig.from_args(args), chapters, hidden)
-    book = gb.Gradebook(args.out, args.resume, overrides, lateness)
+    book = gb.Gradebook(args.out, args.resume, overrides, lateness, [c.stem for c in chapters])
     box = sandbox.status()
     if not box.sandboxed or not args.quiet:
         print(box.line if box.sandboxed else f"WARNING: {box.line}", file=sys.stderr)
@@ -567,7 +588,8 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
         try:
             digest, unreadable = submission_digest(entry), ""
         except OSError as exc:  # one student's unreadable file: a note for them, not the end of the run
-            digest, unreadable = f"unreadable {time.time_ns()}", f"a file of the submission could not be read: {exc}"
+            digest = f"unreadable {time.time_ns()}"
+            unreadable = f"a file of the submission could not be read: {os_error_text(exc)}"
         regraded = book.changed(student, digest)
         if regraded:
             print(f"{student}: {regraded}", file=sys.stderr)
@@ -598,9 +620,11 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
     final = book.final_rows()
     wide = gb.write_wide(args.out, final, roster, matched)
     _, canvas_problems = gb.write_canvas(args.out, final, roster, matched)
-    extra = [f"overrides: {p}" for p in book.override_problems()] + [f"roster: {p}" for p in roster_problems]
+    extra = ignored_lines + [f"partly handed in: {p}" for p in gb.partial_chapters(final)]
+    extra += [f"overrides: {p}" for p in book.override_problems()]
+    extra += [f"roster: {p}" for p in roster_problems]
     extra += [f"canvas: {p}" for p in canvas_problems] if roster else []
-    for line in extra:
+    for line in extra[len(ignored_lines):]:
         print(line, file=sys.stderr)
     review = gb.write_review_list(args.out, final, sandbox.status().line, extra, chapters_line)
     flagged = sum(r.status in gb.FOR_REVIEW for r in final)

@@ -14,6 +14,7 @@ import csv
 import os
 import re
 import threading
+import unicodedata
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -232,9 +233,13 @@ class Gradebook:
     keeps the graded rows beside them in ``.graded.csv`` so that a later run can
     apply a changed overrides file to the grades, not to earlier overrides.
     ``.hashes`` holds each student's content hash, so ``--resume`` regrades a
-    student whose files changed (:meth:`changed`)."""
+    student whose files changed (:meth:`changed`). ``chapters``: the chapters of this run;
+    a resumed run keeps only theirs (the files are written for the chapters now chosen),
+    and when they differ from the last run's (``.chapters``), the submission-wide rows
+    (which say what is missing) are made again."""
 
-    def __init__(self, out: Path, resume: bool, overrides: list["Override"] = (), late: dict | None = None):
+    def __init__(self, out: Path, resume: bool, overrides: list["Override"] = (), late: dict | None = None,
+                 chapters: list[str] | None = None):
         self.out = out
         # student -> grading.late.Lateness: applied, like the overrides, when rows are read
         self.late = dict(late or {})
@@ -242,6 +247,7 @@ class Gradebook:
         self.done_path = out / ".done"
         self.graded_path = out / ".graded.csv"
         self.hashes_path = out / ".hashes"
+        self.chapters_path = out / ".chapters"
         self.overrides = list(overrides)
         self.lock = threading.Lock()
         self.rows: list[Row] = []
@@ -261,8 +267,17 @@ class Gradebook:
             if self.hashes_path.exists():
                 self.hashes = dict(line.split("\t", 1) for line in self.hashes_path.read_text().splitlines()
                                    if "\t" in line)
+            if chapters is not None:
+                before = self.chapters_path.read_text().split() if self.chapters_path.exists() else None
+                keep = set(chapters) | ({""} if before is not None and sorted(before) == sorted(chapters) else set())
+                self.done = {d for d in self.done if d.split("\t", 1)[1] in keep}
+                self.rows = [r for r in self.rows if r.chapter in keep]
+                if self.graded_path.exists():
+                    _write_rows(self.graded_path, [r for r in _read_rows(self.graded_path) if r.chapter in keep])
         else:
             self.graded_path.unlink(missing_ok=True)
+        if chapters is not None:
+            self.chapters_path.write_text("".join(f"{c}\n" for c in sorted(chapters)))
         self._rewrite(self.rows)
         self.done_path.write_text("".join(f"{t}\n" for t in sorted(self.done)))
         self._write_hashes()
@@ -427,14 +442,15 @@ def apply_overrides(rows: list[Row], overrides: list[Override]) -> tuple[list[Ro
 def resolve_override_students(overrides: list[Override], submissions: list[str],
                               matched: dict[str, "Student"]) -> list[Override]:
     """Overrides with each student written as the submission's name: an override may name
-    the student by the submission's name, or by the roster entry matched to it (its id,
-    email, the part of the email before ``@``, or name; case and punctuation ignored).
+    the student by the submission's name, or by the roster entry matched to it (any of its
+    id columns, :meth:`Student.keys`: Canvas's ``ID``, ``SIS User ID``, ``SIS Login ID``;
+    its email, the part of the email before ``@``, or name; case and punctuation ignored).
     One that names neither, or a roster key that fits several submissions, is kept as
     written, and :func:`apply_overrides` says it matches nothing."""
     names = set(submissions)
     by_key: dict[str, set[str]] = {}
     for folder, s in matched.items():
-        for k in (s.id, s.email, s.email.split("@")[0], s.name):
+        for k in s.keys():
             if k:
                 by_key.setdefault(_key(k), set()).add(folder)
     out = []
@@ -444,6 +460,37 @@ def resolve_override_students(overrides: list[Override], submissions: list[str],
             o = Override(next(iter(fits)), o.exercise, o.points, o.reason, o.line)
         out.append(o)
     return out
+
+
+# -- grades known and not ------------------------------------------------------------------
+# A chapter whose every exercise row has one of these statuses has no grade the grader gave:
+# nothing was handed in for it, or what was handed in waits for a person (an unplaced or
+# ambiguous notebook, an unreadable one, a failure of ours). Its cells in the exports are
+# left empty, not 0, and the student's feedback says so; the instructor decides.
+NO_GRADE = (MISSING, REVIEW)
+
+
+def graded_chapters(rows: list[Row]) -> set[tuple[str, str]]:
+    """(student, chapter) for every chapter with a grade: one of its exercise rows was
+    graded (or overridden), not only missing or waiting for review."""
+    return {(r.student, r.chapter) for r in rows if r.exercise and r.status not in NO_GRADE}
+
+
+def partial_chapters(rows: list[Row]) -> list[str]:
+    """needs_review.md's lines for the chapters that some students have a grade for and
+    others not: their cells are empty, not 0, for the others."""
+    graded = graded_chapters(rows)
+    students = sorted({r.student for r in rows})
+    lines = []
+    for chapter in sorted({r.chapter for r in rows if r.exercise}):
+        have = [s for s in students if (s, chapter) in graded]
+        others = [s for s in students if (s, chapter) not in graded]
+        if have and others:
+            shown = ", ".join(others[:20]) + (f" and {len(others) - 20} more" if len(others) > 20 else "")
+            lines.append(f"{chapter}: graded for {len(have)} of {len(students)} submissions; no grade for {shown} "
+                         "(no notebook of it, or one waiting for review): their cells in gradebook_canvas.csv and "
+                         "gradebook_wide.csv are empty, not 0")
+    return lines
 
 
 # -- the wide export and the roster -------------------------------------------------------
@@ -457,13 +504,22 @@ class Student:
     sis_user_id: str = ""
     sis_login_id: str = ""
     section: str = ""
+    integration_id: str = ""
+
+    def keys(self) -> list[str]:
+        """Every value that names this student: each id column of the roster (Canvas's
+        ``ID``, ``SIS User ID``, ``SIS Login ID``, ``Integration ID``; a folder or login),
+        the email and its part before ``@``, the name as written."""
+        return [k for k in (self.id, self.sis_user_id, self.sis_login_id, self.integration_id, self.folder,
+                            self.email, self.email.split("@")[0], self.name) if k]
 
 
 ROSTER_COLUMNS = {"id": ("id", "student id", "student_id", "studentid", "sis id", "sis_id", "sis user id"),
                   "name": ("name", "student name", "full name", "student"),
                   "email": ("email", "e-mail", "email address", "mail"),
                   "folder": ("folder", "submission", "login", "username", "user", "sis login id"),
-                  "sis_user_id": ("sis user id",), "sis_login_id": ("sis login id",), "section": ("section",)}
+                  "sis_user_id": ("sis user id",), "sis_login_id": ("sis login id",), "section": ("section",),
+                  "integration_id": ("integration id",)}
 
 
 def read_roster(path: Path) -> list[Student]:
@@ -499,7 +555,9 @@ CANVAS_NOT_STUDENTS = ("points possible", "student, test")
 
 
 def _key(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "", text.lower())
+    """``text`` compared without case, punctuation or spaces; letters of any script kept
+    ("de León, María" and Canvas's ``deleónmaría`` are one key)."""
+    return re.sub(r"[\W_]+", "", unicodedata.normalize("NFC", text).casefold())
 
 
 def _name_orders(name: str) -> list[str]:
@@ -523,8 +581,7 @@ def match_roster(folders: list[str], roster: list[Student], aliases: dict[str, l
     aliases = aliases or {}
     for folder in folders:
         mine = {_key(x) for x in (folder, *aliases.get(folder, [])) if _key(x)}
-        keys = lambda s: {_key(x) for x in (s.folder, s.id, s.email, s.email.split("@")[0],
-                                             *(_name_orders(s.name) if s.name else [])) if x}
+        keys = lambda s: {_key(x) for x in (*s.keys(), *(_name_orders(s.name) if s.name else [])) if x}
         hits = [s for s in roster if mine & keys(s)]
         if len(hits) == 1:
             found[folder] = hits[0]
@@ -548,8 +605,10 @@ def write_wide(out: Path, rows: list[Row], roster: list[Student] = (), matched: 
                ) -> Path:
     """``gradebook_wide.csv``: one row per student (``student, id, name, email, total,
     max_total``, then one column per exercise, its points), for a spreadsheet or an
-    LMS. A roster entry without a submission gets a row with empty grades."""
+    LMS. A roster entry without a submission gets a row with empty grades; so does a
+    chapter without a grade (:data:`NO_GRADE`), and ``total`` counts the chapters graded."""
     matched = matched or {}
+    known = graded_chapters(rows)
     graded = [r for r in rows if r.exercise]
     exercises = sorted({r.exercise for r in graded}, key=exercise_order)
     students = sorted({r.student for r in rows})
@@ -559,10 +618,10 @@ def write_wide(out: Path, rows: list[Row], roster: list[Student] = (), matched: 
         w = csv.writer(f)
         w.writerow(csv_row(["student", "id", "name", "email", "total", "max_total", *exercises]))
         for s in students:
-            mine = {r.exercise: r for r in graded if r.student == s}
+            mine = {r.exercise: r for r in graded if r.student == s and (s, r.chapter) in known}
             who = matched.get(s, Student(""))
-            w.writerow(csv_row([s, who.id, who.name, who.email, _num(sum(r.points for r in mine.values())),
-                                _num(sum(r.max_points for r in mine.values())),
+            total = [_num(sum(r.points for r in mine.values())), _num(sum(r.max_points for r in mine.values()))]
+            w.writerow(csv_row([s, who.id, who.name, who.email, *(total if mine else ["", ""]),
                                 *[_num(mine[e].points) if e in mine else "" for e in exercises]]))
         submitted = {x.id for x in matched.values()}
         for who in roster:
@@ -585,8 +644,11 @@ def write_canvas(out: Path, rows: list[Row], roster: list[Student] = (), matched
     student by ``ID`` (its user id), ``SIS User ID`` or ``SIS Login ID``: those come from
     the roster (``--roster``: Canvas's own export works as it is). A submission that no
     roster entry matched has no id Canvas could use: it is left out and named in the
-    returned problems (for needs_review.md). Returns the path and the problems."""
+    returned problems (for needs_review.md). A chapter the student has no grade for
+    (nothing handed in, or a notebook waiting for review: :data:`NO_GRADE`) is an empty
+    cell, never a 0 the grader did not give. Returns the path and the problems."""
     matched = matched or {}
+    known = graded_chapters(rows)
     graded = [r for r in rows if r.exercise]
     chapters = sorted({r.chapter for r in graded})
     possible = {c: max((sum(r.max_points for r in graded if r.chapter == c and r.student == s)
@@ -615,7 +677,8 @@ def write_canvas(out: Path, rows: list[Row], roster: list[Student] = (), matched
                 continue
             mine = [r for r in graded if r.student == s]
             w.writerow(csv_row([who.name or s, who.id, who.sis_user_id, who.sis_login_id, who.section,
-                                *[_num(sum(r.points for r in mine if r.chapter == c)) for c in chapters]]))
+                                *[_num(sum(r.points for r in mine if r.chapter == c)) if (s, c) in known else ""
+                                  for c in chapters]]))
     os.replace(tmp, path)
     return path, problems
 
@@ -629,6 +692,11 @@ STATUS_ADVICE = {
              "Run it top to bottom in a fresh kernel.",
     TAMPERED: "Your notebook interfered with the grader. This chapter scores zero; talk to your instructor.",
     MISSING: "No notebook for this chapter was found in your submission.",
+}
+# What a chapter without a grade (NO_GRADE) says instead of points.
+NO_GRADE_TEXT = {
+    MISSING: "No notebook for this chapter was found in your submission; no grade was given for it.",
+    REVIEW: "Your instructor will review this chapter by hand; no grade was given for it yet.",
 }
 
 
@@ -646,16 +714,32 @@ def feedback_markdown(student: str, rows: list[Row]) -> str:
     """What one student reads: per exercise, points and a message they can act on.
     Hidden tests appear as points only: never their names, messages or how many there are
     or failed (their row's message is the instructor's, gradebook.csv)."""
-    graded = [r for r in rows if r.exercise]
+    known = graded_chapters(rows)
+    graded = [r for r in rows if r.exercise and (r.student, r.chapter) in known]
     total, possible = sum(r.points for r in graded), sum(r.max_points for r in graded)
-    lines = [f"# Feedback for {student}", "", f"**Total: {_num(total)} / {_num(possible)} points.**", ""]
+    chapters = sorted({r.chapter for r in rows if r.chapter})
+    ungraded = [c for c in chapters if any(r.chapter == c and r.exercise for r in rows)
+                and not any(r.chapter == c and (r.student, c) in known for r in rows)]
+    not_counted = f" (not counting {', '.join(ungraded)}: no grade yet)" if ungraded else ""
+    lines = [f"# Feedback for {student}", "", f"**Total: {_num(total)} / {_num(possible)} points{not_counted}.**", ""]
     for r in rows:
         if r.chapter == "" and r.status in (REVIEW, NOTE):
             lines.append(f"- {student_text(r.message)}")
-    chapters = sorted({r.chapter for r in rows if r.chapter})
     for chapter in chapters:
         mine = [r for r in rows if r.chapter == chapter]
         ex = [r for r in mine if r.exercise]
+        if chapter in ungraded:
+            lines += ["", f"## {chapter}: no grade yet", ""]
+            for status in dict.fromkeys(r.status for r in ex):
+                lines += [f"> **{status}**: {NO_GRADE_TEXT.get(status, '')}", ""]
+            # The reason, once per distinct message; a hidden row's message is the instructor's.
+            for text in dict.fromkeys(r.message for r in ex if r.message and r.status != MISSING
+                                      and not r.exercise.endswith(" hidden")):
+                lines.append(f"- {student_text(text)}")
+            notes = [r for r in mine if not r.exercise]
+            if notes:
+                lines += ["", "Notes:"] + [f"- {student_text(r.message)}" for r in notes]
+            continue
         lines += ["", f"## {chapter}: {_num(sum(r.points for r in ex))} / {_num(sum(r.max_points for r in ex))}", ""]
         statuses = {r.status for r in mine}
         for status, advice in STATUS_ADVICE.items():

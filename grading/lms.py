@@ -7,10 +7,17 @@ these LMSs; the names follow their documented conventions and nbgrader's ``zip_c
 examples):
 
 - **Canvas** (Assignments > Download Submissions), flat files
-  ``{name}_{LATE_}{user id}_{submission id}_{file name}``: ``{name}`` is the student's
-  sortable name in lower case, letters only (``smithalice`` for "Smith, Alice"), ``LATE_``
-  marks a submission after the due date, a resubmitted file gets ``-1``, ``-2`` before
-  its extension: ``smithalice_LATE_12345_678901_01_kv_memory-1.ipynb``.
+  ``{name}_{LATE_}{user id}_{attachment id}_{file name}`` (``ContentZipper`` in Canvas's
+  ``lib/content_zipper.rb``): ``{name}`` is the student's sortable name in lower case
+  with every non-word character removed (Ruby's ``[[:word:]]``, Unicode: letters, marks,
+  digits, ``_``; so ``smithalice`` for "Smith, Alice", ``deleónmaría`` for "de León,
+  María"), and Canvas joins digits between underscores (``_12_`` -> ``12``) so that the
+  first ``_digits_`` of the name is the user id. ``LATE_`` (``late_`` in older
+  downloads) marks a submission after the due date; the middle number is the id of the
+  uploaded file (the attachment), not of the submission; a resubmitted file gets ``-1``,
+  ``-2`` before its extension: ``smithalice_LATE_12345_678901_01_kv_memory-1.ipynb``.
+  Under anonymous grading there is no name and the id is the submission's anonymous id:
+  ``anon_Xy3Zq_678901_01_kv_memory.ipynb``, ``LATE_anon_Xy3Zq_...``.
 - **Moodle** (Assignment > Download all submissions), one folder per student and
   submission plugin, ``{full name}_{participant id}_assignsubmission_file_/``, holding
   the files as handed in; with "Download submissions in folders" off, flat files
@@ -28,6 +35,7 @@ time (Blackboard's attempt time, Canvas's late mark; :mod:`grading.late`).
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -38,7 +46,16 @@ from grading.matching import copy_untrusted, entry_kind, read_untrusted
 # ways a name can split where the student part is free text: the shortest student part
 # (what the LMS wrote, first) and the longest (a file name that repeats the layout). Two
 # different readings are an attack or an accident; either way, a person decides.
-CANVAS = re.compile(r"(?P<student>[a-z]+)_(?P<late>LATE_)?(?P<user_id>\d+)_(?P<submission_id>\d+)_(?P<file>.+)")
+# Canvas: the student part is read up to the first ``_digits_`` (Canvas never leaves one in
+# a name) and checked as Canvas writes it (:func:`_canvas_name`), so it reads one way; a
+# student part ending in ``_late`` reads as the late mark.
+CANVAS = re.compile(r"(?P<student>[^_].*?)_(?:(?P<late>LATE|late)_)?(?P<user_id>\d+)_(?P<attachment_id>\d+)_(?P<file>.+)")
+CANVAS_LONGEST = re.compile(r"(?P<student>[^_].*)_(?:(?P<late>LATE|late)_)?(?P<user_id>\d+)_(?P<attachment_id>\d+)_"
+                            r"(?P<file>.+)")
+# Anonymous grading: ``anon_`` and the submission's anonymous id (Canvas's are 5 letters
+# and digits) where the name and the user id were.
+CANVAS_ANONYMOUS = re.compile(r"(?:(?P<late>LATE|late)_)?anon_(?P<anonymous_id>[A-Za-z0-9]+)_(?P<attachment_id>\d+)_"
+                              r"(?P<file>.+)")
 MOODLE = re.compile(r"(?P<student>.+?)_(?P<user_id>\d+)_assignsubmission_(?P<plugin>[a-z]+)_(?P<file>.*)")
 MOODLE_LONGEST = re.compile(r"(?P<student>.+)_(?P<user_id>\d+)_assignsubmission_(?P<plugin>[a-z]+)_(?P<file>.*)")
 BLACKBOARD = re.compile(r"(?P<assignment>.+?)_(?P<student>[^_]+)_attempt_"
@@ -46,8 +63,22 @@ BLACKBOARD = re.compile(r"(?P<assignment>.+?)_(?P<student>[^_]+)_attempt_"
 BLACKBOARD_LONGEST = re.compile(r"(?P<assignment>.+)_(?P<student>[^_]+)_attempt_"
                                 r"(?P<attempt>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)(?:_(?P<file>.+)|\.txt)")
 LAYOUTS = (("moodle", MOODLE), ("moodle", MOODLE_LONGEST), ("blackboard", BLACKBOARD),
-           ("blackboard", BLACKBOARD_LONGEST), ("canvas", CANVAS))
+           ("blackboard", BLACKBOARD_LONGEST), ("canvas", CANVAS), ("canvas", CANVAS_LONGEST),
+           ("canvas", CANVAS_ANONYMOUS))
 ATTEMPT_FORMAT = "%Y-%m-%d-%H-%M-%S"
+# What Canvas's sanitising never leaves in a name: a run of digits between underscores (or
+# at its end, before the user id's underscore); and what reads as a mark, not a name: a
+# trailing late mark, a leading ``anon`` (an anonymous submission's prefix).
+CANVAS_NOT_A_NAME = re.compile(r"_\d+(?:_|$)|_(?:LATE|late)$|^anon(?:_|$)")
+
+
+def _canvas_name(student: str) -> bool:
+    """Whether ``student`` is a name part Canvas could have written: word characters only
+    as Ruby's ``[[:word:]]`` has them (a letter, a mark, a decimal digit, a connector such
+    as ``_``; a decomposed "é" too), in lower case (Canvas lowers the name, never the
+    ``LATE`` and ``anon`` marks), and no run of digits between underscores."""
+    return bool(student) and not CANVAS_NOT_A_NAME.search(student) and not any(c.isupper() for c in student) and all(
+        unicodedata.category(c)[0] in "LM" or unicodedata.category(c) in ("Nd", "Pc") for c in student)
 
 
 @dataclass(frozen=True)
@@ -58,7 +89,7 @@ class LmsFile:
     in the LMS's time zone), None elsewhere."""
 
     lms: str  # "canvas", "moodle", "blackboard"
-    student: str  # "smithalice", "Alice Smith", "alice.smith"
+    student: str  # "smithalice", "Alice Smith", "alice.smith"; "anon_Xy3Zq" (Canvas, anonymous grading)
     file_name: str
     user_id: str = ""
     late: bool = False  # Canvas's LATE_ mark
@@ -83,8 +114,16 @@ def readings(name: str) -> list[LmsFile]:
             except ValueError:  # 2026-13-45-...: no time at all
                 continue
             info = LmsFile("blackboard", m["student"], m["file"] or "", "", attempt=attempt)
+        elif "anonymous_id" in pattern.groupindex:
+            info = LmsFile("canvas", f"anon_{m['anonymous_id']}", m["file"], "", late=bool(m["late"]))
+            found.append((m.end("anonymous_id"), info))
+            continue
         else:
-            info = LmsFile("canvas", m["student"], m["file"], m["user_id"], late=bool(m["late"]))
+            if not _canvas_name(m["student"]):
+                continue
+            # One student whether the unzipping wrote the name composed (NFC) or not (macOS: NFD).
+            info = LmsFile("canvas", unicodedata.normalize("NFC", m["student"]), m["file"], m["user_id"],
+                           late=bool(m["late"]))
         found.append((m.end("student"), info))
     out: list[LmsFile] = []
     for _, info in sorted(found, key=lambda f: f[0]):
@@ -182,7 +221,9 @@ def gather(submissions: Path, scratch: Path) -> tuple[list[LmsStudent], set[str]
             try:
                 _copy(files, found)
             except OSError as exc:  # this student's download, not the class's
-                found.problems.append(f"the files of {name} could not be copied: {exc}")
+                why = exc.strerror or type(exc).__name__
+                found.problems.append(f"the files of {name} could not be copied ({why}"
+                                      + (f": {Path(exc.filename).name})" if exc.filename else ")"))
         out.append(found)
     return out, taken
 

@@ -204,15 +204,24 @@ def not_a_regular_file(path: Path) -> bool:
     return bool(_file_kind(info))
 
 
-def match_folder(student: str, folder: Path, chapters: list[Chapter]) -> Submission:
+def shown_name(path: Path, folder: Path, copied: bool = False) -> str:
+    """``path`` as the student knows it: relative to their ``folder``; for a ``copied``
+    folder (a zip unpacked, an LMS's files gathered: ``NNN/name`` in a scratch folder),
+    without the first part, which is ours, not the student's."""
+    rel = path.relative_to(folder)
+    return str(Path(*rel.parts[1:])) if copied and len(rel.parts) > 1 else str(rel)
+
+
+def match_folder(student: str, folder: Path, chapters: list[Chapter], copied: bool = False) -> Submission:
     """Match every notebook under ``folder`` (any depth) to a chapter. Several files for
     one chapter: an exactly named one wins; identical copies are one file; otherwise
-    the chapter is ambiguous and goes to review."""
+    the chapter is ambiguous and goes to review. ``copied``: ``folder`` is our copy of the
+    student's files (:func:`shown_name`), so that messages name the student's files only."""
     sub = Submission(student)
     candidates: dict[str, list[tuple[Path, bool]]] = {}
     for path in _notebook_files(folder):
         m = match_name(path.name, chapters)
-        shown = str(path.relative_to(folder))
+        shown = shown_name(path, folder, copied)
         if not_a_regular_file(path):
             sub.unmatched.append((shown, f"{entry_kind(path) or LINK}; it is not graded"))
         elif m.chapter is None:
@@ -225,7 +234,7 @@ def match_folder(student: str, folder: Path, chapters: list[Chapter]) -> Submiss
         if len({_sha(p) for p in pool}) == 1:
             sub.notebooks[stem] = pool[0]
         else:
-            sub.ambiguous[stem] = sorted(str(p.relative_to(folder)) for p in pool)
+            sub.ambiguous[stem] = sorted(shown_name(p, folder, copied) for p in pool)
     return sub
 
 

@@ -227,14 +227,22 @@ def test_an_override_may_name_the_student_by_roster_id():
 
 # -- the round trip ----------------------------------------------------------------------------------
 def test_a_canvas_download_graded_late_and_imported_back(tmp_path):
-    """A Canvas download (Alice solved, on time; Bob solved, marked LATE and 30 hours late
-    in submitted.csv, named there by his roster id), Canvas's roster export, a due date and
-    10% a day: no --chapters, so only Chapter 1 (all the download holds) is graded, and the
-    model of Chapter 8 is not converted."""
+    """A Canvas download (Alice solved, on time, and handed in Chapter 3's stub too; Bob
+    solved, marked LATE and 30 hours late in submitted.csv, named there by his roster id;
+    María, an accented name, whose solved notebook is called homework1.ipynb; an anonymous
+    submission; a file nothing reads), Canvas's roster export, a due date and 10% a day: no
+    --chapters, so Chapters 1 and 3 (all the download holds) are graded, and the model of
+    Chapter 8 is not converted. No cell holds a zero the grader did not give."""
+    ch3 = "03_quantized_kv_cache"
     folder = _download(tmp_path / "download", {
         "smithalice_12345_678901_01_kv_memory.ipynb": SOLVED,
-        "jonesbob_LATE_23456_678902_01_kv_memory.ipynb": SOLVED})
-    (tmp_path / "roster.csv").write_text(CANVAS_ROSTER)
+        f"smithalice_12345_678907_{ch3}.ipynb": EXERCISES / f"{ch3}.ipynb",
+        "jonesbob_LATE_23456_678902_01_kv_memory.ipynb": SOLVED,
+        "deleónmaría_34567_678903_homework1.ipynb": SOLVED,
+        "anon_Xy3Zq_678904_01_kv_memory.ipynb": SOLVED,
+        "jonesbob_23456_678905_text.html": SOLVED})
+    (tmp_path / "roster.csv").write_text(CANVAS_ROSTER + '"de León, María",34567,S003,mdeleon,Section A\n',
+                                         encoding="utf-8")
     (tmp_path / "submitted.csv").write_text("student,submitted\n23456,2026-12-03T05:59:00+00:00\n")
     out = tmp_path / "grades"
     done = subprocess.run([sys.executable, "-m", "grading.batch", str(folder), "--out", str(out), "--workers", "2",
@@ -242,20 +250,143 @@ def test_a_canvas_download_graded_late_and_imported_back(tmp_path):
                            "--late-penalty", "0.1:0.5", "--submitted", str(tmp_path / "submitted.csv")],
                           cwd=ROOT, capture_output=True, text=True, timeout=800)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"chapters graded: {STEM} (the chapters the submissions hold notebooks of" in done.stderr
+    assert f"chapters graded: {STEM}, {ch3} (the chapters the submissions hold notebooks of" in done.stderr
     assert "modellab" not in done.stderr
-    with open(out / "gradebook_canvas.csv", newline="") as f:
+    with open(out / "gradebook_canvas.csv", newline="", encoding="utf-8") as f:
         table = list(csv.reader(f))
-    assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", STEM]
+    assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", STEM, ch3]
     full = float(table[1][5])
-    assert table[1][:5] == ["Points Possible", "", "", "", ""] and full > 0
-    got = {row[1]: float(row[5]) for row in table[2:]}
-    assert got == {"12345": full, "23456": pytest.approx(full * 0.8)}  # 30 hours: two started days
+    assert table[1][:5] == ["Points Possible", "", "", "", ""] and full > 0 and float(table[1][6]) > 0
+    got = {row[1]: row[5:] for row in table[2:]}
+    assert set(got) == {"12345", "23456", "34567"}  # the anonymous submission has no Canvas id
+    assert float(got["12345"][0]) == full and got["12345"][1] == "0"  # the stub: a zero the grader gave
+    assert float(got["23456"][0]) == pytest.approx(full * 0.8) and got["23456"][1] == ""  # 30 hours: two days
+    assert got["34567"] == ["", ""]  # homework1.ipynb waits for review: no grade, not 0
     feedback = (out / "feedback" / "jonesbob.md").read_text()
     assert "late: submitted 2026-12-03T05:59+00:00" in feedback and "20% of the points taken" in feedback
+    assert f"## {ch3}: no grade yet" in feedback and "0 / " not in feedback.split(f"## {ch3}")[1]
     assert "late" not in (out / "feedback" / "smithalice.md").read_text().lower()
-    review = (out / "needs_review.md").read_text()
-    assert f"chapters graded: {STEM}" in review
-    with open(out / "gradebook_wide.csv", newline="") as f:
+    maria = (out / "feedback" / "deleónmaría.md").read_text(encoding="utf-8")
+    assert "homework1.ipynb" in maria and "waiting for the instructor's review" in maria
+    assert "No notebook" not in maria and "000/" not in maria
+    review = (out / "needs_review.md").read_text(encoding="utf-8")
+    assert f"chapters graded: {STEM}, {ch3}" in review
+    assert f"partly handed in: {ch3}: graded for 1 of 4 submissions" in review
+    assert "ignored jonesbob_23456_678905_text.html" in review
+    assert "deleónmaría" in review and "homework1.ipynb was not matched" in review
+    assert "anon_Xy3Zq is not on the roster" in review
+    with open(out / "gradebook_wide.csv", newline="", encoding="utf-8") as f:
         wide = {r["student"]: r for r in csv.DictReader(f)}
     assert float(wide["jonesbob"]["max_total"]) == full and float(wide["jonesbob"]["total"]) == pytest.approx(full * 0.8)
+    assert wide["deleónmaría"]["total"] == "" and float(wide["anon_Xy3Zq"]["total"]) == full
+
+
+# -- Canvas's names as Canvas writes them (lib/content_zipper.rb) ------------------------------------
+def test_canvas_names_keep_unicode_letters_and_anonymous_prefixes(tmp_path):
+    """The name part is the sortable name lowered with non-word characters removed (Unicode
+    letters stay); under anonymous grading it is ``anon_<id>``, ``LATE_anon_<id>`` when late.
+    A file nothing reads is listed in needs_review.md by the batch (``ignored ...``)."""
+    import unicodedata
+
+    maria = "deleónmaría_12354_678903_01_kv_memory.ipynb"
+    assert lms.parse_name(maria) == lms.LmsFile("canvas", "deleónmaría", "01_kv_memory.ipynb", "12354")
+    decomposed = lms.parse_name(unicodedata.normalize("NFD", maria))  # as macOS's unzip writes it
+    assert decomposed is not None and decomposed.student == "deleónmaría"
+    anon = lms.parse_name("anon_Xy3Zq_678904_01_kv_memory.ipynb")
+    assert (anon.student, anon.user_id, anon.late) == ("anon_Xy3Zq", "", False)
+    late_anon = lms.parse_name("LATE_anon_abc12_678905_01_kv_memory.ipynb")
+    assert (late_anon.student, late_anon.late) == ("anon_abc12", True)
+    old_late = lms.parse_name("smithalice_late_12345_678901_01_kv_memory.ipynb")
+    assert (old_late.student, old_late.late) == ("smithalice", True)
+    # Canvas never leaves digits between underscores in a name: the uploader's reading only.
+    assert len(lms.readings("jonesbob_23456_678_smithalice_12345_999_01_kv_memory.ipynb")) == 1
+    assert lms.readings("Smith_1_2_x.ipynb") == []  # Canvas lowers the name
+    folder = _download(tmp_path / "canvas", {maria: SOLVED, "anon_Xy3Zq_678904_01_kv_memory.ipynb": SOLVED,
+                                             "LATE_anon_abc12_678905_01_kv_memory.ipynb": UNSOLVED,
+                                             "smithalice_12345_678906_text.html": SOLVED})
+    found, taken = lms.gather(folder, tmp_path / "scratch")
+    assert sorted(s.name for s in found) == ["anon_Xy3Zq", "anon_abc12", "deleónmaría"]
+    assert list_students(folder, skip=taken) == ([], ["smithalice_12345_678906_text.html"])
+    roster_file = tmp_path / "roster.csv"
+    roster_file.write_text('Student,ID,SIS User ID,SIS Login ID,Section\n"de León, María",12354,S003,mdeleon,A\n',
+                           encoding="utf-8")
+    matched, _ = gb.match_roster(["deleónmaría"], gb.read_roster(roster_file))
+    assert matched["deleónmaría"].id == "12354"  # by the name alone, accents and all
+
+
+def test_an_override_may_name_the_student_by_any_roster_id_column(tmp_path):
+    roster_file = tmp_path / "roster.csv"
+    roster_file.write_text(CANVAS_ROSTER)
+    roster = gb.read_roster(roster_file)
+    matched = {"smithalice": roster[0], "jonesbob": roster[1]}
+    overrides = [gb.Override("S001", "1.2", 1, "sis user id", 2), gb.Override("12345", "1.1", 2, "canvas id", 3),
+                 gb.Override("bjones", "1.1", 3, "sis login id", 4), gb.Override("Jones, Bob", "1.2", 1, "name", 5)]
+    resolved = gb.resolve_override_students(overrides, list(matched), matched)
+    assert [o.student for o in resolved] == ["smithalice", "smithalice", "jonesbob", "jonesbob"]
+
+
+# -- no zero the grader did not give -----------------------------------------------------------------
+def test_no_grade_is_an_empty_cell_and_feedback_says_why(tmp_path):
+    """Alice handed in Chapters 1 and 11; Bob only Chapter 1; Carol's notebook was named
+    homework1.ipynb, which no chapter claimed (for review). The Canvas file and the wide
+    export give no zero to Bob's Chapter 11 or Carol's Chapter 1, say so in review, and the
+    feedback says what is missing or waiting instead of showing 0 points."""
+    ch11 = "11_sparse_attention"
+    review_note = "no notebook is named as 01_kv_memory, and homework1.ipynb was not matched to a chapter: " \
+                  "waiting for the instructor's review"
+    rows = [gb.Row("alice", STEM, "1.1", 4, 4, gb.PASSED), gb.Row("alice", ch11, "11.1", 50, 54, gb.FAILED, "x"),
+            gb.Row("bob", STEM, "1.1", 1, 4, gb.FAILED, "wrong"),
+            gb.Row("bob", ch11, "11.1", 0, 54, gb.MISSING, f"no notebook for {ch11} in the submission"),
+            gb.Row("carol", STEM, "1.1", 0, 4, gb.REVIEW, review_note),
+            gb.Row("carol", ch11, "11.1", 0, 54, gb.REVIEW, review_note),
+            gb.Row("carol", "", "", 0, 0, gb.REVIEW, f"homework1.ipynb {gb.UNMATCHED}: it names no chapter")]
+    roster = [gb.Student("1", "A"), gb.Student("2", "B"), gb.Student("3", "C")]
+    matched = dict(zip(["alice", "bob", "carol"], roster))
+    path, _ = gb.write_canvas(tmp_path, rows, roster, matched)
+    with open(path, newline="") as f:
+        table = list(csv.reader(f))
+    assert table[1][5:] == ["4", "54"]
+    assert {r[1]: r[5:] for r in table[2:]} == {"1": ["4", "50"], "2": ["1", ""], "3": ["", ""]}
+    with open(gb.write_wide(tmp_path, rows, roster, matched), newline="") as f:
+        wide = {r["student"]: r for r in csv.DictReader(f)}
+    assert (wide["bob"]["total"], wide["bob"]["max_total"], wide["bob"]["11.1"]) == ("1", "4", "")
+    assert (wide["carol"]["total"], wide["carol"]["1.1"]) == ("", "")
+    partial = gb.partial_chapters(rows)
+    assert len(partial) == 2 and partial[1].startswith(f"{ch11}: graded for 1 of 3 submissions; no grade for bob, "
+                                                       "carol")
+    bob = gb.feedback_markdown("bob", [r for r in rows if r.student == "bob"])
+    assert "0 / 54" not in bob and f"## {ch11}: no grade yet" in bob and "Total: 1 / 4 points" in bob
+    carol = gb.feedback_markdown("carol", [r for r in rows if r.student == "carol"])
+    assert "waiting for the instructor's review" in carol and "No notebook" not in carol and "0 / 4" not in carol
+
+
+def test_a_notebook_no_chapter_claimed_leaves_the_chapter_for_review_under_its_own_name(tmp_path):
+    """A Canvas download's homework1.ipynb: the chapter is waiting for review (not missing),
+    and every message names the student's file, never our scratch copy (``000/...``)."""
+    from grading import batch
+
+    folder = _download(tmp_path / "canvas", {"smithalice_12345_678901_homework1.ipynb": SOLVED})
+    (alice,), _ = lms.gather(folder, tmp_path / "scratch")
+    sub = batch.open_submission("smithalice", alice.folder, CHAPTERS[:1], tmp_path / "scratch")
+    assert [name for name, _ in sub.unmatched] == ["homework1.ipynb"]
+    rows = batch.submission_rows("smithalice", sub, CHAPTERS[:1])
+    assert rows[0].message.startswith("homework1.ipynb was not matched") and rows[0].status == gb.REVIEW
+    (task,) = batch.submission_tasks("smithalice", sub, CHAPTERS[:1])
+    assert task.notebook is None and "homework1.ipynb was not matched" in task.note
+    assert "instructor's review" in task.note and "000" not in task.note
+
+
+def test_resume_writes_the_chapters_now_chosen(tmp_path):
+    """A run graded Chapters 1 and 11; ``--chapters 1 --resume`` keeps Chapter 1's grades
+    and writes no Chapter 11 column (nor its zeros)."""
+    book = gb.Gradebook(tmp_path, False, chapters=[STEM, "11_sparse_attention"])
+    book.add("bob", "", [gb.Row("bob", "", "", 0, 0, gb.NOTE, "stray.ipynb was not matched")])
+    book.add("bob", STEM, [gb.Row("bob", STEM, "1.1", 4, 4, gb.PASSED)])
+    book.add("bob", "11_sparse_attention", [gb.Row("bob", "11_sparse_attention", "11.1", 0, 54, gb.MISSING)])
+    book.finish()
+    again = gb.Gradebook(tmp_path, True, chapters=[STEM])
+    assert [(r.chapter, r.exercise) for r in again.final_rows()] == [(STEM, "1.1")]
+    assert again.done == {gb.task_id("bob", STEM)}  # the submission-wide rows are made again
+    again.add("bob", "", [])
+    same = gb.Gradebook(tmp_path, True, chapters=[STEM])  # the same chapters: nothing made again
+    assert same.done == {gb.task_id("bob", STEM), gb.task_id("bob", "")}
