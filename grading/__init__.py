@@ -30,6 +30,8 @@ The judge and the contestant:
 - ``watch``, ``services``, ``ranks``: what only the contestant can do for a grader: watch how the
                   notebook computes, compile its kernels (Chapter 7), join a gloo group (Chapter 10).
 - ``triton_bounds``: every load and store of an interpreted kernel checked (in the contestant).
+- ``triton_launch``: whether Chapter 7's answer came from its kernel: the judge reads the launch in
+                  the notebook's text and rules on the stores the contestant saw.
 
 Batch grading of a class (``make grade``, ``python -m grading.batch``):
 

@@ -239,6 +239,7 @@ class Contestant:
         self.loaded = None
         self.watch = None  # a grading.watch mode while the judge watches
         self.method_names: dict[type, list[str]] = {}
+        self.kernels: dict | None = None  # what the last call's Triton launches wrote (grading.triton_bounds)
 
     # handles
     def handle(self, value) -> dict:
@@ -296,6 +297,8 @@ class Contestant:
         encoder = wire.Encoder(handle=self.handle)
         try:
             header = {"value": encoder.encode(value), "mutated": [[i, encoder.encode(v)] for i, v in (mutated or [])]}
+            if self.kernels is not None:
+                header["triton"] = self.kernels
         except wire.WireError as exc:
             wire.send(self.sock, {"error": remote_error(exc, kind="wire").to_json()})
             return
@@ -337,6 +340,7 @@ class Contestant:
             except wire.ChannelClosed:
                 return
             op = request.get("op")
+            self.kernels = None
             handler = OPS.get(op)
             if handler is None:
                 self.reply(error=wire.WireError(f"unknown request {op!r}"))
@@ -391,14 +395,17 @@ def _call(c: Contestant, fn, request, buffers):
     kwargs = c.decode(request.get("kwargs"), buffers)
     # What the grader handed in that a call may fill in place: lists, dicts, tensors.
     before = {i: a.detach().clone() for i, a in _slots(args, kwargs) if isinstance(a, torch.Tensor)}
+    checker = None
     with contextlib.ExitStack() as around:
         if c.spawn.bounds_checked:  # Chapter 7: every interpreted load and store checked (grading.triton_bounds)
             from grading.triton_bounds import bounds_checked
 
-            around.enter_context(bounds_checked())
+            checker = around.enter_context(bounds_checked())
         if c.watch is not None:  # watched: the notebook's own operations, not this process's decoding
             around.enter_context(c.watch)
         value = fn(*args, **kwargs)
+    if checker is not None:  # which kernels ran and what of the result they wrote, for the judge to rule on
+        c.kernels = checker.evidence(value)
     mutated = []
     for i, a in _slots(args, kwargs):
         if isinstance(a, (list, dict)):

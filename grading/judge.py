@@ -347,6 +347,9 @@ class RemoteNotebook:
         # test appends with the student's own append), and a failure says so.
         self.called: set[str] = set()
         self.variants: dict[str, RemoteNotebook] = {}
+        # What the last call's Triton launches wrote, as the contestant saw it (a bounds-checked
+        # variant, grading.triton_bounds); None when nothing was observed.
+        self.launches = None
 
     # -- what LoadedNotebook offered ----------------------------------------------------------
     @property
@@ -469,7 +472,12 @@ class RemoteNotebook:
         what = f"calling `{fn._name}.{method}`" if method else f"calling `{fn._name}`"
         if len(self.called) < 1000:
             self.called.add((method or fn._name.rpartition(".")[2])[:200])
+        self.launches = None
         reply, buffers = session.request(header, encoder.buffers, what, timeout)
+        if "triton" in reply:  # Chapter 7: what the call's kernel launches wrote (grading.triton_launch)
+            from grading.triton_launch import Launches
+
+            self.launches = Launches.from_json(reply["triton"])
         # One decoder for the value and the changed arguments: no byte of the answer is
         # named twice among all of them (grading.wire.Decoder).
         decoder = self._decoder(buffers, session)

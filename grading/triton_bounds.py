@@ -41,6 +41,16 @@ Only launches under the interpreter are checked; compiled launches are left alon
 
 Raises :class:`OutOfBoundsAccess` (a :class:`grading.compare.GradingFailure`, so the
 student sees its message as it is) and ``RuntimeError`` when entered twice at once.
+
+What the kernels wrote. The block yields its checker, which also keeps the name of every
+launch and, for every store, the addresses its active lanes wrote and the bytes they
+wrote there. :meth:`_Checker.evidence` then says, for each tensor a call returned, how
+many of its elements hold the bytes a kernel's store last put there, and which kernels
+those stores belong to: Chapter 7's graders require that a kernel computed the result
+(``x + y`` in PyTorch is not a Triton kernel; grading.triton_launch reads it in the judge).
+This runs in the contestant, which the notebook's code shares, so it is evidence the
+notebook could forge by patching this module; the judge's own check of the notebook's
+text (grading.triton_launch) does not depend on it.
 """
 
 from __future__ import annotations
@@ -58,6 +68,10 @@ REGION_BITS = 40  # each tensor argument gets 1 TiB of fake address space
 # (far past any kernel's mistake) still decode to the right argument.
 REGION_MIDDLE = 1 << (REGION_BITS - 1)
 ALIGNMENT_KEPT = 1 << 12  # a fake base keeps the real address modulo 4096 (alignment asserts)
+# Stored lanes recorded per block: far more than any graded case writes (the largest, 7.3's,
+# writes a few thousand elements); past it, the evidence says it is incomplete.
+RECORDED_LANES = 1 << 22
+MAX_OUTPUTS = 8  # tensors of one returned value that are checked (7.3 returns two)
 
 
 class OutOfBoundsAccess(GradingFailure):
@@ -104,6 +118,11 @@ class _Checker:
         self.interpreter = interpreter
         self.launch: _Launch | None = None
         self.first: str | None = None
+        self.launches: list[str] = []  # the kernel of every launch, in order
+        # Every store: (launch index, real addresses of its active lanes, their bytes (lanes, width)).
+        self.stores: list[tuple[int, np.ndarray, np.ndarray]] = []
+        self.recorded = 0
+        self.complete = True  # False once more than RECORDED_LANES lanes were stored
 
     # -- the launch: fake bases for the tensor arguments -----------------------------------------
     def register(self, executor, args_hst, kwargs_hst) -> None:
@@ -118,6 +137,7 @@ class _Checker:
                 self._add(launch, name, value)
         launch.freeze()
         self.launch = launch
+        self.launches.append(launch.kernel)
 
     def _add(self, launch: _Launch, name: str, value) -> None:
         interp = self.interpreter
@@ -163,6 +183,69 @@ class _Checker:
         # Masked-off lanes get address 0: the interpreter never reads or writes them.
         real = np.where(active, launch.real_bases[index] + offsets.view(np.uint64), np.uint64(0))
         return interp.TensorHandle(real, ptrs.dtype)
+
+    def record_store(self, real, value, mask) -> None:
+        """Keep what one store wrote: the real address and the bytes of every active lane."""
+        if not self.launches:
+            return
+        addresses = np.asarray(real.data)
+        values = np.asarray(value.data)
+        if values.dtype.kind not in "biufc" or values.dtype.itemsize == 0:
+            return
+        active = (np.ones(addresses.shape, dtype=bool) if mask is None
+                  else np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)).reshape(-1)
+        lanes = int(active.sum())
+        if lanes == 0:
+            return
+        if self.recorded + lanes > RECORDED_LANES:
+            self.complete = False
+            return
+        self.recorded += lanes
+        written = np.ascontiguousarray(np.broadcast_to(values, addresses.shape).reshape(-1)[active])
+        self.stores.append((len(self.launches) - 1, addresses.astype(np.uint64).reshape(-1)[active],
+                            written.view(np.uint8).reshape(lanes, written.dtype.itemsize)))
+
+    def written(self, tensor) -> dict:
+        """``{"elements": n, "written": k, "kernels": [...]}``: of the ``n`` elements of
+        ``tensor``, the ``k`` whose bytes are those the last store to their address wrote,
+        and the kernels of those stores."""
+        import torch
+
+        n = tensor.numel()
+        result = {"elements": int(n), "written": 0, "kernels": []}
+        width = tensor.element_size()
+        stores = [s for s in self.stores if s[2].shape[1] == width]
+        if n == 0 or tensor.device.type != "cpu" or not stores:
+            return result
+        addresses = np.concatenate([s[1] for s in stores])
+        values = np.concatenate([s[2] for s in stores])
+        launch = np.concatenate([np.full(len(s[1]), s[0], dtype=np.int64) for s in stores])
+        # The last write to each address: the first one met walking the stores backwards.
+        unique, first = np.unique(addresses[::-1], return_index=True)
+        last = len(addresses) - 1 - first
+        offsets = np.zeros((), dtype=np.int64)
+        for size, stride in zip(tensor.shape, tensor.stride()):  # row-major, as contiguous() orders them
+            offsets = offsets[..., None] + np.arange(size, dtype=np.int64) * stride
+        elements = np.uint64(tensor.data_ptr()) + (offsets.reshape(-1) * width).astype(np.uint64)
+        position = np.minimum(np.searchsorted(unique, elements), len(unique) - 1)
+        found = unique[position] == elements
+        source = last[position]
+        held = tensor.detach().contiguous().reshape(-1).view(torch.uint8).reshape(n, width).numpy()
+        same = found & (values[source] == held).all(axis=1)
+        result["written"] = int(same.sum())
+        result["kernels"] = sorted({self.launches[i] for i in np.unique(launch[source[same]])})[:10]
+        return result
+
+    def evidence(self, value) -> dict:
+        """What the launches of one call did, for the judge: the kernels launched, and for
+        each tensor of the returned value (itself, or the tensors of a returned tuple or list)
+        how much of it a kernel's stores wrote (:meth:`written`)."""
+        import torch
+
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        tensors = [t for t in items if isinstance(t, torch.Tensor)][:MAX_OUTPUTS]
+        return {"launches": self.launches[:100], "launch_count": len(self.launches), "complete": self.complete,
+                "outputs": [self.written(t) for t in tensors]}
 
     def _fail(self, operation, bad, known, index, offsets):
         first = np.flatnonzero(bad.reshape(-1))[0]
@@ -223,7 +306,9 @@ def bounds_checked():
         return load(checker.translate("load from", ptrs, mask), mask, other, *rest, **kwargs)
 
     def masked_store(ptrs, value, mask, *rest, **kwargs):
-        return store(checker.translate("store to", ptrs, mask), value, mask, *rest, **kwargs)
+        real = checker.translate("store to", ptrs, mask)
+        checker.record_store(real, value, mask)
+        return store(real, value, mask, *rest, **kwargs)
 
     def atomic_rmw(op, ptr, val, mask, *rest, **kwargs):
         return rmw(op, checker.translate("atomic on", ptr, mask), val, mask, *rest, **kwargs)
@@ -239,7 +324,7 @@ def bounds_checked():
     builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
     builder.create_atomic_rmw, builder.create_atomic_cas = atomic_rmw, atomic_cas
     try:
-        yield
+        yield checker
     except BaseException:
         if checker.first is None:
             raise

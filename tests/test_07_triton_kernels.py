@@ -24,6 +24,12 @@ are graded on hand-made cases, each isolating one rule, and on the ptxas reports
 flash_fwd_kernel compiled for sm_90 and sm_80 in one child; where the Triton wheel has no
 ptxas, those cases are skipped with the reason (not counted).
 
+A kernel exercise is graded on its kernel (grading.triton_launch): the notebook's text,
+read here, must show the wrapper launching the exercise's ``@triton.jit`` kernel, and on
+CPU every element of each tensor it returns must hold what a store of that kernel wrote
+(seen through the interpreter, in the contestant). ``vector_add`` returning ``x + y``
+computes the right values and earns nothing, in its bad-input tests too.
+
 Each exercise is graded alone (grading.substitute): while one exercise's tests run, the
 other exercises' functions are references (tests/references/ref_07_triton_jit.py), in
 the child too, which applies the swap after loading the notebook. So 7.3's kernel runs
@@ -41,6 +47,7 @@ import torch
 from gpucompile.chapter07 import ARCHS, GRADED_KERNELS, case_ids
 from grading.compare import GradingFailure, assert_close, assert_raises, call_text, derived_atol
 from grading import replay
+from grading.triton_launch import dynamic_launch_problem, jit_problem, static_launch_problem
 from tests.references import ref_07_triton_kernels as ref
 
 INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
@@ -114,6 +121,36 @@ def _sdpa(q, k, v, causal=False):
         q, k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1), is_causal=causal)
 
 
+# The wrapper each kernel exercise grades and the kernel it must launch; 7.4's helpers run
+# inside the flash kernel, which 7.3's wrapper launches (the reference's, while 7.4 is graded).
+WRAPPERS = {"7.1": ("vector_add", "add_kernel"), "7.2": ("softmax", "softmax_kernel"),
+            "7.3": ("flash_attention", "flash_fwd_kernel"), "7.4": ("flash_attention", "flash_fwd_kernel"),
+            "7.5": ("paged_decode_attention", "paged_decode_kernel")}
+
+
+def _kernel_wrote(nb, exercise, call, *what):
+    """The tensors the last call returned (named ``what``) hold what the exercise's kernel
+    stored, as the contestant saw it through the interpreter (nothing is ruled without it)."""
+    wrapper, kernel = WRAPPERS[exercise]
+    problem = dynamic_launch_problem(vars(nb).get("launches"), wrapper, kernel, what)
+    if problem is not None:
+        raise GradingFailure(f"{call}: {problem}")
+
+
+def _launches_its_kernel(nb, exercise):
+    """The notebook's text (which the judge holds and never runs) launches the exercise's
+    kernel from its wrapper; 7.4's helpers are @triton.jit functions."""
+    text = vars(nb).get("text")
+    if text is None:  # a notebook loaded in this process (make bench's baseline): no text to read
+        return
+    if exercise == "7.4":
+        problem = jit_problem(text, GRADED_KERNELS["7.4"])
+    else:
+        problem = static_launch_problem(text, *WRAPPERS[exercise])
+    if problem is not None:
+        raise GradingFailure(problem)
+
+
 # -- Exercise 7.1: vector add ------------------------------------------------------------
 VECTOR_CASES = {  # id: (length, dtype, block_size or None for the default, layout)
     "N1-fp32": (1, "fp32", None, "dense"),
@@ -142,7 +179,9 @@ def _vector_value(nb, cid, device, dtype):
     kwargs = {} if block is None else {"block_size": block}
     got = _call(nb.vector_add, _to(x, device), _to(y, device), **kwargs)
     expected = ref.vector_add(x, y).to(dtype).double()  # one correctly rounded add per element
-    _compare(got, expected, call_text("vector_add", x, y, **kwargs), dtype, correct=lambda: expected.to(dtype))
+    call = call_text("vector_add", x, y, **kwargs)
+    _compare(got, expected, call, dtype, correct=lambda: expected.to(dtype))
+    _kernel_wrote(nb, "7.1", call, "the result")
 
 
 def _vector_bad(nb, cid):
@@ -183,8 +222,9 @@ def _softmax_input(cid, dtype):
 def _softmax_value(nb, cid, device, dtype):
     x = _softmax_input(cid, dtype)
     got = _call(nb.softmax, _to(x, device))
-    _compare(got, ref.softmax_rows(x), call_text("softmax", x) + f" [{cid}]", dtype,
-             correct=lambda: torch.softmax(x.float(), dim=-1).to(dtype))
+    call = call_text("softmax", x) + f" [{cid}]"
+    _compare(got, ref.softmax_rows(x), call, dtype, correct=lambda: torch.softmax(x.float(), dim=-1).to(dtype))
+    _kernel_wrote(nb, "7.2", call, "the result")
 
 
 # -- Exercises 7.3 and 7.4: flash attention ----------------------------------------------------
@@ -244,6 +284,7 @@ def _flash_value(nb, cid, device, dtype, causal):
     if isinstance(lse, torch.Tensor):
         lse = lse.cpu()
     assert_close(lse, expected_lse, call, atol=LSE_ATOL[dtype], dtype=torch.float32, what="lse (natural log)")
+    _kernel_wrote(nb, "7.4" if causal else "7.3", call, "out", "lse")
 
 
 def _flash_poisoned(nb, device, dtype):
@@ -260,6 +301,7 @@ def _flash_poisoned(nb, device, dtype):
              call + f": keys >= {POISON_FROM} are NaN; rows < {POISON_FROM} must never read them (early exit)",
              dtype, what=f"out[:, :, :{POISON_FROM}]",
              correct=lambda: _sdpa(q, k[:, :, :POISON_FROM], v[:, :, :POISON_FROM], True)[:, :, :POISON_FROM])
+    _kernel_wrote(nb, "7.4", call, "out", "lse")
 
 
 def _flash_bad(nb, cid):
@@ -321,6 +363,7 @@ def _paged_value(nb, cid, device, dtype):
     call = call_text("paged_decode_attention", q, kp, vp, tables, seq_lens) + f" [{cid}]"
     _compare(got, ref.paged_decode(q, kp, vp, tables, seq_lens), call, dtype,
              correct=lambda: _sdpa_paged(q, kp, vp, tables, seq_lens))
+    _kernel_wrote(nb, "7.5", call, "the result")
 
 
 def _paged_bad(nb, cid):
@@ -389,8 +432,10 @@ def _kernels(nb, device):
 
 def _grade(nb, exercise, cid, device="cpu"):
     """One case, its kernels run by the contestant (a crash there costs this case; the next
-    case starts a fresh contestant), its results compared here."""
+    case starts a fresh contestant), its results compared here; then the notebook's text
+    must show the exercise's kernel launched (a stub fails on its NotImplementedError first)."""
     check_case(_kernels(nb, device), exercise, cid, device)
+    _launches_its_kernel(nb, exercise)
 
 
 # -- compiling for a GPU, without one -----------------------------------------------------------

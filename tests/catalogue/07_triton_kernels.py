@@ -4,7 +4,11 @@ Each bug runs only against its exercise's graders (``tests=``): every grader bat
 starts a child process and runs kernels through the interpreter, and the other
 exercises would pass anyway.
 
-The five after "accepted by the interpreter" are kernels the interpreter runs correctly
+The three after "the right values without the kernel" compute the right values with
+PyTorch: only the rule that the exercise's kernel computes the result rejects them
+(grading.triton_launch; the first and the last never launch the kernel, which the
+notebook's text shows; the second launches it and returns another tensor, which only the
+launch's stores show). The five after "accepted by the interpreter" are kernels the interpreter runs correctly
 (every value test passes; tried) and the GPU compiler rejects: only ``test_compiles_for_gpu``
 can catch them. The last ones misread the compiler's report (Exercises 7.6 and 7.7)."""
 
@@ -84,6 +88,18 @@ BUGS = [
         old="page = tl.load(Block_tables + off_b * stride_tb + (offs_t // page_size) * stride_tp, mask=valid, other=0)",
         new="page = tl.load(Block_tables + off_b * stride_tb + (offs_t // page_size) * stride_tp)",
         tests="paged_decode"),
+    # -- the right values without the kernel (grading.triton_launch) --------------------------------
+    Bug("vector_add_in_torch", "7.1", "returns x + y computed by PyTorch and never launches add_kernel",
+        old="    add_kernel[grid](x, y, out, n, BLOCK_SIZE=block_size)\n    return out", new="    return x + y",
+        tests="vector_add"),
+    Bug("vector_add_result_not_the_kernels", "7.1",
+        "launches add_kernel, then returns x + y computed by PyTorch instead of the tensor the kernel wrote",
+        old="    add_kernel[grid](x, y, out, n, BLOCK_SIZE=block_size)\n    return out",
+        new="    add_kernel[grid](x, y, out, n, BLOCK_SIZE=block_size)\n    return x + y", tests="vector_add"),
+    Bug("softmax_in_torch", "7.2", "returns torch.softmax in fp32 and never launches softmax_kernel",
+        old="    if n_rows:\n        softmax_kernel[(n_rows,)](out, x, x.stride(0), out.stride(0), n_cols,\n"
+            "                                  BLOCK_SIZE=triton.next_power_of_2(n_cols))\n    return out",
+        new="    return torch.softmax(x.float(), dim=-1).to(x.dtype)", tests="softmax"),
     # -- accepted by the interpreter, rejected by the compiler -------------------------------------
     Bug("lse_global_float", "7.3",
         "divides by the notebook's global LOG2_E, a Python float: the interpreter reads it, the compiler "
