@@ -29,8 +29,12 @@ def randn(*shape, dtype=torch.float64, seed=0, scale=1.0):
     return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
 
 
-def check_index(got, expected, call, what="the indices"):
-    """got must be an int64 tensor equal to expected, element by element."""
+def check_index(got, expected, call, what="the indices", rows=("batch", "KV head"), unit="positions"):
+    """got must be an int64 tensor (bool for a gate) equal to expected, element by element.
+
+    A wrong row is reported as a selection, in the row's own terms (``rows`` names its
+    leading dimensions, ``unit`` what the last one counts): which were kept that should
+    have been dropped, and which were dropped that should have been kept."""
     if not isinstance(got, torch.Tensor):
         raise GradingFailure(f"{call} returned {type(got).__name__}; expected an int64 tensor")
     if tuple(got.shape) != tuple(expected.shape):
@@ -41,8 +45,29 @@ def check_index(got, expected, call, what="the indices"):
     if bool(bad.any()):
         idx = tuple(int(i) for i in bad.nonzero()[0])
         row = idx[:-1]
-        raise GradingFailure(f"{call}: {what} are wrong at {int(bad.sum())} of {bad.numel()} places; first in row "
-                             f"{row}\n  expected: {expected[row].tolist()}\n  got:      {got[row].tolist()}")
+        where = ", ".join(f"{name} {i}" for name, i in zip(rows, row))
+        raise GradingFailure(f"{call}: {what} are wrong at {int(bad.sum())} of {bad.numel()} places; first in "
+                             f"{where}{selection_difference(got[row], expected[row], unit)}\n"
+                             f"  expected: {expected[row].tolist()}\n  got:      {got[row].tolist()}")
+
+
+def selection_difference(got_row, expected_row, unit):
+    """``: kept positions [..] that should have been dropped; dropped [..] that should
+    have been kept``, or nothing where the two rows select the same set (the order or a
+    padding entry differs). A bool row (a gate) selects the places where it is True;
+    an index row selects its entries >= 0 (-1 pads a short row)."""
+    def chosen(row):
+        values = row.nonzero().flatten().tolist() if row.dtype == torch.bool else row.tolist()
+        return {v for v in values if v >= 0}
+
+    got, expected = chosen(got_row), chosen(expected_row)
+    extra, missing = sorted(got - expected), sorted(expected - got)
+    parts = []
+    if extra:
+        parts.append(f"kept {unit} {extra} that should have been dropped")
+    if missing:
+        parts.append(f"dropped {unit} {missing} that should have been kept")
+    return ": " + "; ".join(parts) if parts else ""
 
 
 # -- Exercise 11.1 ----------------------------------------------------------------------
@@ -367,7 +392,8 @@ def test_quest_select(nb, name, B, H, H_kv, N, d, page, budget, dtype_name):
     lo, hi = (t.to(dtype) for t in ref.page_bounds(keys, page))
     q = randn(B, H, d, seed=N + 1).to(dtype)
     call = call_text("quest_select", q, lo, hi, budget)
-    check_index(nb.quest_select(q, lo, hi, budget), ref.quest_select(q, lo, hi, budget), call, "the pages")
+    check_index(nb.quest_select(q, lo, hi, budget), ref.quest_select(q, lo, hi, budget), call, "the pages",
+                ("batch", "head"), "pages")
 
 
 @pytest.mark.ex11_5
@@ -379,7 +405,8 @@ def test_quest_select_keeps_the_last_page_and_breaks_ties_by_page(nb):
                       dtype=torch.float64)
     q = torch.tensor([[[1.0, 1.0]]], dtype=torch.float64)
     call = call_text("quest_select", q, lo, hi, 3) + " (three pages tie for the largest bound)"
-    check_index(nb.quest_select(q, lo, hi, 3), torch.tensor([[[1, 3, 6]]]), call, "the pages")
+    check_index(nb.quest_select(q, lo, hi, 3), torch.tensor([[[1, 3, 6]]]), call, "the pages", ("batch", "head"),
+                "pages")
 
 
 @pytest.mark.ex11_5
@@ -501,7 +528,8 @@ def test_moba_gate(nb, name, B, H, H_kv, N, d, block, top_k, dtype_name):
     q = randn(B, H, N, d, seed=N, scale=2.0).to(dtype)
     k = randn(B, H_kv, N, d, seed=N + 1, scale=2.0).to(dtype)
     call = call_text("moba_gate", q, k, block, top_k)
-    check_index(nb.moba_gate(q, k, block, top_k), ref.moba_gate(q, k, block, top_k), call, "the gate")
+    check_index(nb.moba_gate(q, k, block, top_k), ref.moba_gate(q, k, block, top_k), call, "the gate",
+                ("batch", "head", "query"), "blocks")
 
 
 @pytest.mark.ex11_7
@@ -510,7 +538,8 @@ def test_moba_gate_breaks_ties_by_block(nb):
     q = randn(1, 1, 16, 4, seed=1)
     k = torch.ones(1, 1, 16, 4, dtype=torch.float64)
     call = call_text("moba_gate", q, k, 2, 3) + " (every block mean equal)"
-    check_index(nb.moba_gate(q, k, 2, 3), ref.moba_gate(q, k, 2, 3), call, "the gate")
+    check_index(nb.moba_gate(q, k, 2, 3), ref.moba_gate(q, k, 2, 3), call, "the gate", ("batch", "head", "query"),
+                "blocks")
 
 
 @pytest.mark.ex11_7
@@ -600,7 +629,8 @@ def test_indexer_topk(nb, name, B, H, T, N, d, top_k, dtype_name):
     dtype = DTYPES[dtype_name]
     q, k, weights = (t.to(dtype) for t in indexer_inputs(B, H, T, N, d, seed=N + T))
     call = call_text("indexer_topk", q, k, weights, top_k)
-    check_index(nb.indexer_topk(q, k, weights, top_k), ref.indexer_topk(q, k, weights, top_k), call)
+    check_index(nb.indexer_topk(q, k, weights, top_k), ref.indexer_topk(q, k, weights, top_k), call,
+                rows=("batch", "query"))
 
 
 @pytest.mark.ex11_9
@@ -616,7 +646,7 @@ def test_indexer_topk_breaks_ties_by_position(nb):
     weights = torch.tensor([[[1.0, 2.0, 1.0, -1.0], [1.0, 1.0, 0.5, 2.0], [-0.5, 1.0, 1.0, 1.0]]],
                            dtype=torch.float64)  # (B, H_I, T)
     call = call_text("indexer_topk", q, k, weights, 7) + " (keys repeat every 4 positions)"
-    check_index(nb.indexer_topk(q, k, weights, 7), ref.indexer_topk(q, k, weights, 7), call)
+    check_index(nb.indexer_topk(q, k, weights, 7), ref.indexer_topk(q, k, weights, 7), call, rows=("batch", "query"))
 
 
 @pytest.mark.ex11_9
