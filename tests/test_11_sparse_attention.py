@@ -482,6 +482,31 @@ def test_sparse_paged_decode_of_every_page_is_dense_attention(nb):
                  dtype=torch.float64)
 
 
+DUPLICATE_CASES = [
+    # id, B, H, H_kv, d, page_size, num_pages, seq_lens, pages: logical pages, one list per (b, h)
+    ("B1-H2-Hkv1-d8-page4-len14-pages-0-0-2-and-1-3-3", 1, 2, 1, 8, 4, 6, [14], [[[0, 0, 2], [1, 3, 3]]]),
+    ("B1-H1-d4-page4-len10-pages-2-0-2-unsorted", 1, 1, 1, 4, 4, 5, [10], [[[2, 0, 2]]]),
+    ("B1-H1-d4-page4-len10-page-1-four-times", 1, 1, 1, 4, 4, 5, [10], [[[1, 1, 1, 1]]]),
+    ("B2-H4-Hkv2-d8-page2-lens-9-4-repeats-in-some-heads", 2, 4, 2, 8, 2, 12, [9, 4],
+     [[[0, 4, 4], [2, 2, 2], [1, 3, 4], [4, 0, 0]], [[0, 1, 1], [1, 0, 1], [0, 1, 0], [1, 1, 1]]]),
+]
+
+
+@pytest.mark.ex11_6
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("name,B,H,H_kv,d,page,num_pages,lens,pages", DUPLICATE_CASES,
+                         ids=[c[0] for c in DUPLICATE_CASES])
+def test_sparse_paged_decode_reads_a_page_listed_twice_once(nb, name, B, H, H_kv, d, page, num_pages, lens, pages,
+                                                             dtype_name):
+    """The statement: a page listed twice is read once, its tokens weighed once in the softmax."""
+    dtype = DTYPES[dtype_name]
+    q, k_pool, v_pool, table, seq_lens, _ = decode_inputs(B, H, H_kv, d, page, num_pages, lens, 1, dtype, seed=len(name))
+    args = (q, k_pool, v_pool, table, seq_lens, torch.tensor(pages))
+    call = call_text("sparse_paged_decode", *args) + f" (pages {pages})"
+    assert_close(nb.sparse_paged_decode(*args), ref.sparse_paged_decode(*args), call, atol=ATOL[dtype], rtol=RTOL[dtype],
+                 dtype=dtype)
+
+
 @pytest.mark.ex11_6
 @pytest.mark.parametrize("case,exc,names", [
     ("q-int", TypeError, "q"), ("q-4d", ValueError, "q"), ("pool-dtype", TypeError, "k_pool"),

@@ -92,6 +92,9 @@ BUGS = [
         new="kv_head = (torch.arange(H) % H_kv)[:, None]  # (H, 1)"),
     Bug("sparse_decode_no_scale", "11.6", "forgets the 1 / sqrt(d) of the scores",
         old="s = (keys @ q[b, :, :, None]).squeeze(-1) / math.sqrt(d)  # (H, S*page_size)", new="s = (keys @ q[b, :, :, None]).squeeze(-1)  # (H, S*page_size)"),
+    Bug("sparse_decode_repeated_page_read_twice", "11.6", "reads a page listed twice twice, so its tokens weigh double in the softmax",
+        old="read = (pos < n) & ~again.repeat_interleave(page_size, dim=1)  # the tokens that exist, once each",
+        new="read = pos < n  # (H, S*page_size)"),
     # 11.7: MoBA
     Bug("moba_selects_future_blocks", "11.7", "lets a query choose blocks after its own (no causal mask on the gate)",
         old="past = torch.arange(C)[None, :] < own[:, None]  # (N, C)", new="past = torch.arange(C)[None, :] != own[:, None]  # (N, C)"),
