@@ -591,6 +591,12 @@ NSA_CASES = [
     ("paper-8K", 8192, [0, 3, 5, 9, 11, 40, 60, 100, 101, 102, 120, 125, 126, 127, 7, 8], (32, 16, 64, 512)),
     ("short-300-partial-last-block", 300, [0, 4], (32, 16, 64, 512)),
     ("shorter-than-a-compression-block", 20, [0], (32, 16, 64, 512)),
+    # N < l - s: (N - l) // s + 1 is negative there; the statement's "else 0" holds
+    ("N1-one-token", 1, [0], (32, 16, 64, 512)),
+    ("N10-shorter-than-block-minus-stride", 10, [], (32, 16, 64, 512)),
+    ("N15-one-below-block-minus-stride", 15, [0], (32, 16, 64, 512)),
+    ("N3-block8-stride2", 3, [0], (8, 2, 10, 25)),
+    ("N32-exactly-one-compression-block", 32, [0], (32, 16, 64, 512)),
     ("small-sizes-overlap", 100, [6, 7, 9], (8, 4, 10, 25)),
     ("no-selection", 1000, [], (16, 16, 32, 64)),
 ]

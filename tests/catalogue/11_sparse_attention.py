@@ -114,6 +114,9 @@ BUGS = [
     Bug("nsa_selected_full_blocks", "11.8", "counts every selected block as select_block tokens, the partial last one too",
         old="tokens.update(range(c * select_block, min((c + 1) * select_block, seq_len)))",
         new="tokens.update(range(c * select_block, (c + 1) * select_block))"),
+    Bug("nsa_compressed_negative_when_short", "11.8", "drops the else 0 of short sequences, so a sequence shorter than a compression block minus a stride reads a negative number of compressed keys",
+        old="compressed = (seq_len - compress_block) // compress_stride + 1 if seq_len >= compress_block else 0",
+        new="compressed = (seq_len - compress_block) // compress_stride + 1"),
     # 11.9: DSA's lightning indexer
     Bug("indexer_relu_after_head_sum", "11.9", "applies the ReLU once to the weighted sum over the heads, instead of to each head's dot product before its weight",
         old="score = (weights.to(torch.float64)[..., None] * dots.clamp_min(0)).sum(dim=1)  # (B, T, N): ReLU, then weight",
