@@ -53,6 +53,19 @@ BUGS = [
         new="order = (pooled.shape[-1] - 1) - torch.sort(pooled.flip(-1), dim=-1, descending=True, stable=True).indices"),
     Bug("snapkv_no_causal_mask", "11.3", "lets each window query see the window tokens after it (no causal mask in the window)",
         old="s = s.masked_fill(torch.arange(N)[None, :] > q_pos[:, None], -math.inf)", new="pass"),
+    Bug("snapkv_group_positions_interleaved", "11.3", "gives the grouped query heads' rows their window positions in the wrong order (repeat_interleave where the rows run head by head), so under GQA a query is masked as if it stood elsewhere in the window",
+        old="q_pos = torch.arange(N - w, N).repeat(G)", new="q_pos = torch.arange(N - w, N).repeat_interleave(G)"),
+    Bug("snapkv_pools_window_votes", "11.3", "max-pools the votes of every position and only then cuts off the window, so the window's own votes leak into the last candidates",
+        old="""votes = torch.softmax(s, dim=-1).sum(dim=2)[..., : N - w]  # (B, H_kv, N - w): candidates only
+    r = kernel_size // 2
+    padded = torch.nn.functional.pad(votes, (r, r), value=-math.inf)  # (B, H_kv, N - w + 2r)
+    pooled = padded.unfold(-1, kernel_size, 1).amax(dim=-1)  # (B, H_kv, N - w)""",
+        new="""votes = torch.softmax(s, dim=-1).sum(dim=2)  # (B, H_kv, N)
+    r = kernel_size // 2
+    padded = torch.nn.functional.pad(votes, (r, r), value=-math.inf)  # (B, H_kv, N + 2r)
+    pooled = padded.unfold(-1, kernel_size, 1).amax(dim=-1)[..., : N - w]  # (B, H_kv, N - w)"""),
+    Bug("snapkv_window_one_position_early", "11.3", "places the window's queries at N - w - 1 .. N - 2, one position early, so no query sees its own key",
+        old="q_pos = torch.arange(N - w, N).repeat(G)", new="q_pos = torch.arange(N - w - 1, N - 1).repeat(G)"),
     # 11.4: page bounds
     Bug("quest_bound_from_max_only", "11.4", "uses q . max alone, which is not an upper bound where q is negative",
         old="u = qq.clamp_min(0) @ hi + qq.clamp_max(0) @ lo  # (B, H_kv, G, P)", new="u = qq @ hi  # (B, H_kv, G, P)"),
