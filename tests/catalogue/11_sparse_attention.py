@@ -53,6 +53,19 @@ BUGS = [
         new="order = (pooled.shape[-1] - 1) - torch.sort(pooled.flip(-1), dim=-1, descending=True, stable=True).indices"),
     Bug("snapkv_no_causal_mask", "11.3", "lets each window query see the window tokens after it (no causal mask in the window)",
         old="s = s.masked_fill(torch.arange(N)[None, :] > q_pos[:, None], -math.inf)", new="pass"),
+    Bug("snapkv_group_positions_interleaved", "11.3", "gives the grouped query heads' rows their window positions in the wrong order (repeat_interleave where the rows run head by head), so under GQA a query is masked as if it stood elsewhere in the window",
+        old="q_pos = torch.arange(N - w, N).repeat(G)", new="q_pos = torch.arange(N - w, N).repeat_interleave(G)"),
+    Bug("snapkv_pools_window_votes", "11.3", "max-pools the votes of every position and only then cuts off the window, so the window's own votes leak into the last candidates",
+        old="""votes = torch.softmax(s, dim=-1).sum(dim=2)[..., : N - w]  # (B, H_kv, N - w): candidates only
+    r = kernel_size // 2
+    padded = torch.nn.functional.pad(votes, (r, r), value=-math.inf)  # (B, H_kv, N - w + 2r)
+    pooled = padded.unfold(-1, kernel_size, 1).amax(dim=-1)  # (B, H_kv, N - w)""",
+        new="""votes = torch.softmax(s, dim=-1).sum(dim=2)  # (B, H_kv, N)
+    r = kernel_size // 2
+    padded = torch.nn.functional.pad(votes, (r, r), value=-math.inf)  # (B, H_kv, N + 2r)
+    pooled = padded.unfold(-1, kernel_size, 1).amax(dim=-1)[..., : N - w]  # (B, H_kv, N - w)"""),
+    Bug("snapkv_window_one_position_early", "11.3", "places the window's queries at N - w - 1 .. N - 2, one position early, so no query sees its own key",
+        old="q_pos = torch.arange(N - w, N).repeat(G)", new="q_pos = torch.arange(N - w - 1, N - 1).repeat(G)"),
     # 11.4: page bounds
     Bug("quest_bound_from_max_only", "11.4", "uses q . max alone, which is not an upper bound where q is negative",
         old="u = qq.clamp_min(0) @ hi + qq.clamp_max(0) @ lo  # (B, H_kv, G, P)", new="u = qq @ hi  # (B, H_kv, G, P)"),
@@ -92,6 +105,9 @@ BUGS = [
         new="kv_head = (torch.arange(H) % H_kv)[:, None]  # (H, 1)"),
     Bug("sparse_decode_no_scale", "11.6", "forgets the 1 / sqrt(d) of the scores",
         old="s = (keys @ q[b, :, :, None]).squeeze(-1) / math.sqrt(d)  # (H, S*page_size)", new="s = (keys @ q[b, :, :, None]).squeeze(-1)  # (H, S*page_size)"),
+    Bug("sparse_decode_repeated_page_read_twice", "11.6", "reads a page listed twice twice, so its tokens weigh double in the softmax",
+        old="read = (pos < n) & ~again.repeat_interleave(page_size, dim=1)  # the tokens that exist, once each",
+        new="read = pos < n  # (H, S*page_size)"),
     # 11.7: MoBA
     Bug("moba_selects_future_blocks", "11.7", "lets a query choose blocks after its own (no causal mask on the gate)",
         old="past = torch.arange(C)[None, :] < own[:, None]  # (N, C)", new="past = torch.arange(C)[None, :] != own[:, None]  # (N, C)"),
@@ -111,6 +127,9 @@ BUGS = [
     Bug("nsa_selected_full_blocks", "11.8", "counts every selected block as select_block tokens, the partial last one too",
         old="tokens.update(range(c * select_block, min((c + 1) * select_block, seq_len)))",
         new="tokens.update(range(c * select_block, (c + 1) * select_block))"),
+    Bug("nsa_compressed_negative_when_short", "11.8", "drops the else 0 of short sequences, so a sequence shorter than a compression block minus a stride reads a negative number of compressed keys",
+        old="compressed = (seq_len - compress_block) // compress_stride + 1 if seq_len >= compress_block else 0",
+        new="compressed = (seq_len - compress_block) // compress_stride + 1"),
     # 11.9: DSA's lightning indexer
     Bug("indexer_relu_after_head_sum", "11.9", "applies the ReLU once to the weighted sum over the heads, instead of to each head's dot product before its weight",
         old="score = (weights.to(torch.float64)[..., None] * dots.clamp_min(0)).sum(dim=1)  # (B, T, N): ReLU, then weight",
