@@ -16,9 +16,10 @@ reference of 5.2 to call, could leave it where contestant 5.2 finds it. So:
   namespace of its own); sees every mount of the sandbox read-only (``/tmp`` among them),
   but for a fresh tmpfs of :data:`WORK_QUOTA_BYTES` over its work folder (its ``HOME``
   and ``TMPDIR``) and one over ``/dev/shm``, so what it writes is its own, capped in
-  total, and gone when it ends; and forks once more. The
-  new child is PID 1 of its PID namespace: when it ends, the kernel kills every process
-  it left behind. Its parent waits and ends as it did.
+  total, and gone when it ends; and forks twice more: a small init, PID 1 of the new PID
+  namespace, and under it the contestant. When the contestant ends, the init ends, and
+  the kernel kills every process left in the namespace. The first fork waits and ends
+  as the contestant did.
 
 Both are probed, not assumed: where the kernel refuses (no unprivileged user
 namespaces, no seccomp), the contestant runs as before and :func:`enter_own_world`
@@ -145,9 +146,9 @@ def writable_mounts() -> list[tuple[str, int]]:
 def enter_own_world(work: Path, quota_bytes: int = WORK_QUOTA_BYTES) -> str:
     """Give this process (a fresh fork of the zygote, single-threaded) namespaces of its
     own; every mount it sees read-only but a fresh tmpfs of ``quota_bytes`` as its work
-    folder and a small one as ``/dev/shm``; and make it PID 1 of a PID namespace of its
-    own: this function returns in a new child, and the process that called it waits for
-    that child and ends as it did, never returning. '' when done; else why not, with
+    folder and a small one as ``/dev/shm``; and a PID namespace of its own, whose PID 1
+    waits for it: this function returns in a new process (PID 2 there), and the process
+    that called it waits for that one and ends as it did, never returning. '' when done; else why not, with
     nothing changed."""
     uid, gid = os.getuid(), os.getgid()
     if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID) != 0:
@@ -166,28 +167,47 @@ def enter_own_world(work: Path, quota_bytes: int = WORK_QUOTA_BYTES) -> str:
     if Path(SHARED_MEMORY).is_dir():
         _mount("tmpfs", SHARED_MEMORY, "tmpfs", MS_NOSUID | MS_NODEV, f"size={SHM_QUOTA_BYTES},mode=0700")
     os.chdir(work)  # the folder now, not the one the tmpfs covers
-    child = os.fork()
-    if child == 0:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # its parent killed: so is it
-        return ""
-    _wait_and_end_as(child)
+    # PID 1 of a namespace ignores the signals it sends itself (a notebook's own
+    # os.kill(os.getpid(), SIGKILL) would do nothing): so PID 1 is a small init that only
+    # waits, and the contestant is its child. The init hands the contestant's wait status
+    # to this process through a pipe; this process then ends the same way.
+    read, write = os.pipe()
+    init = os.fork()
+    if init == 0:
+        os.close(read)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # its parent killed: so is it, and its namespace
+        contestant = os.fork()
+        if contestant == 0:
+            os.close(write)
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            return ""
+        status = _wait(contestant)
+        os.write(write, struct.pack("i", status))
+        os._exit(0)  # the kernel now kills whatever the contestant left in the namespace
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read(4)
+    _wait(init)
+    _end_as(struct.unpack("i", data)[0] if len(data) == 4 else signal.SIGKILL)
 
 
-def _wait_and_end_as(child: int):
-    """Wait for ``child`` and end this process as it ended: the same exit code, or the
-    same signal (which the zygote reports to the judge)."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
+def _wait(child: int) -> int:
+    """``child``'s wait status, once it has ended."""
     while True:
         try:
-            _, status = os.waitpid(child, 0)
-            break
+            return os.waitpid(child, 0)[1]
         except InterruptedError:
             continue
         except ChildProcessError:
-            os._exit(1)
+            return 1 << 8
+
+
+def _end_as(status: int):
+    """End this process as a process with wait status ``status`` ended: the same exit
+    code, or the same signal (which the zygote reports to the judge)."""
     if os.WIFSIGNALED(status):
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL's and SIGSTOP's cannot be set
+            signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
         os.kill(os.getpid(), os.WTERMSIG(status))
         os._exit(128 + os.WTERMSIG(status))
-    os._exit(os.WEXITSTATUS(status))
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)

@@ -96,4 +96,4 @@ def test_the_next_contestant_finds_nothing_the_last_one_left(notebook):
     assert left["."] == "written", left  # its own work folder is writable
     assert all(left[f"key{ring}"] < 0 for ring in (-3, -4, -5)), left  # no keyring at all
     assert found == [], f"the contestant of 1.2 found what 1.1's left: {found}"
-    assert pid == 1  # PID 1 of a namespace of its own: what it leaves dies with it
+    assert pid == 2  # under the init of a PID namespace of its own: what it leaves dies with it
