@@ -17,6 +17,9 @@ its code, and answered by a *contestant*, the one process that does:
 - ``compare``:   assertions whose messages a student can act on.
 - ``outcome``:   the one vocabulary of results: ``Status``, signal descriptions, summaries, partial credit.
 - ``catalogue``: the wrong implementations that every grader must reject.
+- ``substitute``: each exercise graded alone: the other exercises' names swapped for references, and
+                  what a contestant is sent of them (``reference_package``).
+- ``pins``:      the grader's own pinned requirements (``requirements-grader.txt``) and their sections.
 - ``plugin``:    the pytest plugin (``--notebooks``, ``--prove``, points, summary); it decides each outcome.
 
 The judge and the contestant:
@@ -25,7 +28,11 @@ The judge and the contestant:
                   Chapter 10's ranks (``run_ranks``).
 - ``launcher``:   the one launcher of processes that run a submission's code: the zygote that forks
                   contestants, their limits (``Limits``); started before the judge imports torch.
-- ``contestant``: what runs in the sandbox: load the notebook, answer calls, keep its objects as handles.
+- ``contestant``: what runs in the sandbox: load the notebook, answer calls, keep its objects as handles;
+                  a call into another exercise's plain function is asked of the judge, which runs
+                  its reference (``substitute.judge_answers``).
+- ``isolation``:  each contestant in namespaces of its own: a private tmpfs work folder, the rest
+                  read-only, no process outliving it, no keyrings (a seccomp filter).
 - ``wire``:       the framed messages between them and the one schema of the values that cross.
 - ``watch``, ``services``, ``ranks``: what only the contestant can do for a grader: watch how the
                   notebook computes, compile its kernels (Chapter 7), join a gloo group (Chapter 10).
