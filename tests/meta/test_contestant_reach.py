@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 import json
 
-import nbformat
 import pytest
 
 from grading import substitute
@@ -96,16 +95,9 @@ def probe():
 def test_a_memory_walk_in_the_contestant_finds_no_such_function(stem, tmp_path):
     """In a real contestant of each exercise: the functions a notebook can find in its
     own memory that came from the references include none its tests call."""
-    from grading.judge import open_notebook
-    from grading.layout import EXERCISES
+    from tests.meta.test_hostile_isolation import open_stub_with
 
-    nb = nbformat.read(EXERCISES / f"{stem}.ipynb", as_version=4)
-    cell = nbformat.v4.new_code_cell(PROBE)
-    cell.pop("id", None)  # the stubs are nbformat 4.4, whose cells carry no id
-    nb.cells.append(cell)
-    path = tmp_path / f"{stem}.ipynb"
-    nbformat.write(nb, path)
-    proxy = open_notebook(path, stem, trusted=True)
+    proxy = open_stub_with(stem, PROBE, tmp_path)
     try:
         for exercise in _exercises(stem):
             proxy.use(exercise)

@@ -59,15 +59,21 @@ def look():
 '''
 
 
-def open_relay(folder: Path):
-    """The Chapter 1 stub with :data:`LEAVE_AND_LOOK` added, as the judge holds it."""
-    nb = nbformat.read(EXERCISES / f"{STEM}.ipynb", as_version=4)
-    cell = nbformat.v4.new_code_cell(LEAVE_AND_LOOK)
+def open_stub_with(stem: str, code: str, folder: Path):
+    """Chapter ``stem``'s stub with a code cell ``code`` added, written to ``folder`` and
+    opened as the judge holds a notebook (each exercise's calls go to a contestant)."""
+    nb = nbformat.read(EXERCISES / f"{stem}.ipynb", as_version=4)
+    cell = nbformat.v4.new_code_cell(code)
     cell.pop("id", None)  # the stubs are nbformat 4.4, whose cells carry no id
     nb.cells.append(cell)
-    path = folder / f"{STEM}.ipynb"
+    path = folder / f"{stem}.ipynb"
     nbformat.write(nb, path)
-    return open_notebook(path, STEM, trusted=True)
+    return open_notebook(path, stem, trusted=True)
+
+
+def open_relay(folder: Path):
+    """The Chapter 1 stub with :data:`LEAVE_AND_LOOK` added, as the judge holds it."""
+    return open_stub_with(STEM, LEAVE_AND_LOOK, folder)
 
 
 def relay(notebook) -> tuple[dict, str, list[str], int]:
