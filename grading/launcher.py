@@ -26,7 +26,8 @@ from pathlib import Path
 from grading.layout import ROOT, TESTS
 
 LOG_CAP = 64 * 1024  # bytes of the contestants' stdout and stderr kept (the tail of a crash)
-MAX_PROCESSES = 256  # processes and threads of one zygote's uid (gloo ranks and their threads count)
+MAX_PROCESSES = 1024  # processes and threads of one zygote's uid: gloo ranks and their threads count, and
+# each contestant is three processes (grading.isolation: its first fork, an init, itself)
 IN_PROCESS = "GRADING_IN_PROCESS"  # "1": make bench's in-process baseline, which starts no contestant
 
 
