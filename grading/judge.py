@@ -10,8 +10,8 @@ holds an object the submission made, so nothing the notebook defines (``__eq__``
 ``__torch_function__``, a patched ``Collector``) runs where the points are decided.
 
 One contestant serves one notebook and one exercise: when a test of another exercise
-asks, the judge starts a fresh one with that exercise's swap (``grading.substitute``)
-and the references of the *other* exercises only. A crash or a timeout costs the call
+asks, the judge starts a fresh one with that exercise's swap (``grading.substitute``):
+its calls into other exercises are answered here, by their references. A crash or a timeout costs the call
 that was running (:class:`ContestantCrashed`, :class:`ContestantTimedOut`); the next call
 starts a new contestant.
 

@@ -42,10 +42,11 @@ is graded as before. The swap lasts one test (an autouse fixture) and is undone 
 it, so the notebook, loaded once per module, serves every exercise.
 
 *Contestants.* The graders never run the notebook: a contestant does (grading.judge).
-Each contestant grades one exercise and is sent :func:`reference_package`: the source of
-the references with the definitions that answer *its* exercise taken out, from which it
-builds the swap (:func:`references_from_package`, then :func:`swapped`). A memory walk
-in the contestant of Exercise N finds the references of the other exercises only.
+Each contestant grades one exercise. A call it makes into another exercise's plain
+function is answered by the judge, which runs the reference (:func:`judge_answers`);
+only what must run beside the notebook's own objects is sent as source
+(:func:`reference_package`), so no contestant holds a function its graders compute
+expected values with.
 
 *Other children.* The book's ``distlab`` runs a notebook's ring on gloo ranks that load it
 themselves; :func:`active` is the swap in force in this process, as a plain dict
