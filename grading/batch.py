@@ -9,7 +9,8 @@ timeout and a memory limit. The results:
   DIR/gradebook.csv      student, chapter, exercise, points, max_points, status, message
                          (appended as each chapter finishes; sorted at the end)
   DIR/gradebook_wide.csv one row per student: id, name, email (--roster), total, one column per exercise
-  DIR/gradebook_canvas.csv  the same points in Canvas's gradebook import layout (ids from --roster)
+  DIR/gradebook_canvas.csv  the same points in Canvas's gradebook import layout (ids from --roster;
+                         a chapter's column names the course's assignment it updates, --canvas-assignments)
   DIR/feedback/<student>.md   what each student reads
   DIR/needs_review.md    timeouts, crashes, memory limits, tampering, unreadable notebooks,
                          notebooks no chapter claimed, roster and overrides problems
@@ -455,7 +456,12 @@ def parse_args(argv):
                         "student whose files changed since (content hashes)")
     p.add_argument("--roster", type=Path, default=None,
                    help="CSV with a header naming a student id column and optionally name, email, folder: "
-                        "maps submission names to ids in gradebook_wide.csv")
+                        "maps submission names to ids in gradebook_wide.csv (Canvas's gradebook export works "
+                        "as it is)")
+    p.add_argument("--canvas-assignments", action="append", default=[], metavar="CHAPTER=ASSIGNMENT|FILE",
+                   help="the course's assignment a chapter's grades update in gradebook_canvas.csv, named as in "
+                        "--roster (Canvas's export) by id, column name or exact title, e.g. 1=90001; or a CSV "
+                        "file with the header chapter,assignment; may be given several times")
     p.add_argument("--overrides", type=Path, default=None,
                    help="CSV with the header student,exercise,points,reason: an instructor's corrections, "
                         "applied on every run and recorded in the gradebook and the feedback")
@@ -518,6 +524,9 @@ def main(argv=None) -> int:
     try:
         overrides = gb.read_overrides(args.overrides) if args.overrides else []
         roster = gb.read_roster(args.roster) if args.roster else []
+        args.course = gb.read_canvas_assignments(args.roster) if args.roster else []
+        args.canvas_map = gb.read_canvas_map(args.canvas_assignments)
+        gb.canvas_columns(args.canvas_map, args.course, [c.stem for c in discover_chapters()], [])
         from grading import late
 
         submitted = late.read_submitted(args.submitted) if args.submitted else {}
@@ -561,6 +570,15 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
         else:
             why = "every chapter: no submission holds a notebook of any"
     chapters_line = f"chapters graded: {', '.join(c.stem for c in chapters)} ({why})"
+    try:  # before any grading: a mistake here would otherwise surface after the whole class
+        columns = gb.canvas_columns(args.canvas_map, args.course,
+                                    [c.stem for c in discover_chapters()], [c.stem for c in chapters])
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    unmapped = gb.unmapped_chapters([c.stem for c in chapters], columns, args.course)
+    for line in unmapped:
+        print(f"canvas: {line}", file=sys.stderr)
     matched, roster_problems = gb.match_roster([s for s, _ in students], roster,
                                                {x.name: x.keys for x in lms_students}) if roster else ({}, [])
     overrides = gb.resolve_override_students(overrides, [s for s, _ in students], matched)
@@ -619,13 +637,15 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
         gb.write_feedback(args.out, student, book.student_rows(student))
     final = book.final_rows()
     wide = gb.write_wide(args.out, final, roster, matched)
-    _, canvas_problems = gb.write_canvas(args.out, final, roster, matched)
+    _, canvas_problems = gb.write_canvas(args.out, final, roster, matched, columns)
+    canvas_problems = unmapped + canvas_problems
     extra = ignored_lines + [f"partly handed in: {p}" for p in gb.partial_chapters(final)]
     extra += [f"overrides: {p}" for p in book.override_problems()]
     extra += [f"roster: {p}" for p in roster_problems]
     extra += [f"canvas: {p}" for p in canvas_problems] if roster else []
     for line in extra[len(ignored_lines):]:
-        print(line, file=sys.stderr)
+        if line.removeprefix("canvas: ") not in unmapped:  # said before grading
+            print(line, file=sys.stderr)
     review = gb.write_review_list(args.out, final, sandbox.status().line, extra, chapters_line)
     flagged = sum(r.status in gb.FOR_REVIEW for r in final)
     if not args.quiet:

@@ -635,8 +635,154 @@ CANVAS_FIELDS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 CANVAS_POINTS_ROW = "Points Possible"
 
 
-def write_canvas(out: Path, rows: list[Row], roster: list[Student] = (), matched: dict[str, Student] | None = None
-                 ) -> tuple[Path, list[str]]:
+# -- Canvas's assignments: which column of the course a chapter's grades update ----------------
+# Canvas's gradebook import (GradebookImporter in Canvas's lib/gradebook_importer.rb) reads
+# a column named "Title (id)" as the assignment with that id, else a column named exactly
+# as an assignment's title as that one, and makes a new assignment of any other column.
+# Its export names every assignment column "Title (id)".
+CANVAS_ASSIGNMENT = re.compile(r"(?P<title>.*)\s\((?P<id>\d+)\)", re.S)
+# The export's columns that are no assignment: the student's, and the scores Canvas computes
+# (matched anywhere in the name, as the importer does: "Assignments Current Score",
+# "Unposted Final Grade").
+CANVAS_STUDENT_COLUMNS = ("Student", "LastName", "FirstName", "ID", "SIS User ID", "SIS Login ID", "Section",
+                          "Integration ID", "Root Account")
+CANVAS_COMPUTED = re.compile("Current Score|Current Points|Current Grade|Final Score|Final Points|Final Grade|"
+                             "Override Score|Override Grade|Override Status")
+
+
+@dataclass(frozen=True)
+class CanvasAssignment:
+    """An assignment column of Canvas's gradebook export."""
+
+    header: str  # "Week 1: KV memory (90001)", as the export names the column
+    title: str  # "Week 1: KV memory"
+    id: str  # "90001"
+    points: str = ""  # its cell in the export's Points Possible row
+
+
+def read_canvas_assignments(path: Path) -> list[CanvasAssignment]:
+    """The assignment columns of ``path`` when it is Canvas's gradebook export (the
+    roster): every column named ``Title (id)`` that is neither a student's column nor a
+    score Canvas computes, with its Points Possible cell. Empty for any other roster."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        table = list(csv.reader(f))
+    if not table:
+        return []
+    header = [h.strip() for h in table[0]]
+    points = next((row for row in table[1:] if row and CANVAS_POINTS_ROW in row[0]), [])
+    out = []
+    for n, name in enumerate(header):
+        m = CANVAS_ASSIGNMENT.fullmatch(name)
+        if m and name not in CANVAS_STUDENT_COLUMNS and not CANVAS_COMPUTED.search(name):
+            out.append(CanvasAssignment(name, m["title"], m["id"], points[n].strip() if n < len(points) else ""))
+    return out
+
+
+def read_canvas_map(specs: list[str]) -> list[tuple[str, str, str]]:
+    """``--canvas-assignments`` as (chapter, assignment, where it was said): each spec is
+    ``CHAPTER=ASSIGNMENT`` (``1=90001``) or a CSV file with the header ``chapter,assignment``
+    (for titles with commas, or many chapters). Raises ValueError naming a bad one."""
+    out = []
+    for spec in specs:
+        path = Path(spec)
+        if path.is_file():
+            with open(path, newline="", encoding="utf-8-sig") as f:
+                reader = csv.DictReader(f)
+                header = {(h or "").strip().lower(): h for h in reader.fieldnames or []}
+                if not {"chapter", "assignment"} <= set(header):
+                    raise ValueError(f"--canvas-assignments {spec}: the header must be chapter,assignment "
+                                     f"(got {reader.fieldnames})")
+                for n, row in enumerate(reader, start=2):
+                    chapter = (row[header["chapter"]] or "").strip()
+                    assignment = (row[header["assignment"]] or "").strip()
+                    if not chapter and not assignment:
+                        continue
+                    if not chapter or not assignment:
+                        raise ValueError(f"--canvas-assignments {spec}, line {n}: needs a chapter and an assignment")
+                    out.append((chapter, assignment, f"{spec}, line {n}"))
+        elif "=" in spec:
+            chapter, _, assignment = spec.partition("=")
+            if not chapter.strip() or not assignment.strip():
+                raise ValueError(f"--canvas-assignments {spec}: write CHAPTER=ASSIGNMENT, e.g. 1=90001")
+            out.append((chapter.strip(), assignment.strip(), f"--canvas-assignments {spec}"))
+        else:
+            raise ValueError(f"--canvas-assignments {spec}: neither CHAPTER=ASSIGNMENT (1=90001) nor a file")
+    return out
+
+
+def _listed(course: list[CanvasAssignment], limit: int = 8) -> str:
+    shown = ", ".join(a.header for a in course[:limit])
+    return shown + (f" and {len(course) - limit} more" if len(course) > limit else "")
+
+
+def canvas_columns(mapping: list[tuple[str, str, str]], course: list[CanvasAssignment], stems: list[str],
+                   graded: list[str]) -> dict[str, CanvasAssignment]:
+    """Which of the course's assignments (``course``: :func:`read_canvas_assignments`)
+    each chapter's grades go to: those ``mapping`` names (:func:`read_canvas_map`; an
+    assignment given as the export's column name, its id, or its exact title), and a
+    graded chapter whose stem is exactly one assignment's title (what an earlier import of
+    ``gradebook_canvas.csv`` made: Canvas's own rule, made sure by the id). ``stems``: every
+    chapter; ``graded``: this run's. Raises ValueError naming a mapping that names no
+    chapter or no assignment, several assignments (ambiguous), a chapter twice or an
+    assignment twice, and a graded chapter whose stem several assignments have as title."""
+    if mapping and not course:
+        raise ValueError("--canvas-assignments needs --roster to be Canvas's gradebook export (Grades > Export), "
+                         "whose header names the course's assignments, e.g. 'Week 1: KV memory (90001)'")
+    out: dict[str, CanvasAssignment] = {}
+    said: dict[str, str] = {}
+    for chapter, wanted, where in mapping:
+        stem = next((s for s in stems if chapter in (s, s[:2], str(int(s[:2])))), None)
+        if stem is None:
+            raise ValueError(f"{where}: no chapter {chapter!r} (give its number, 1, or its name, {stems[0]})")
+        hits = ([a for a in course if a.header == wanted] or [a for a in course if a.id == wanted]
+                or [a for a in course if a.title.strip() == wanted])
+        if not hits:
+            raise ValueError(f"{where}: no assignment {wanted!r} in the roster's header; Canvas's export names "
+                             f"these: {_listed(course)}")
+        if len(hits) > 1:
+            raise ValueError(f"{where}: {wanted!r} is ambiguous, it names several assignments "
+                             f"({', '.join(a.header for a in hits)}); give the id, e.g. {chapter}={hits[0].id}")
+        if stem in out and out[stem] != hits[0]:
+            raise ValueError(f"{where}: {stem} is mapped twice (also by {said[stem]})")
+        other = next((s for s, a in out.items() if a == hits[0] and s != stem), None)
+        if other:
+            raise ValueError(f"{where}: {hits[0].header} is mapped to two chapters, {other} ({said[other]}) "
+                             f"and {stem}; one assignment takes one chapter's points")
+        out[stem], said[stem] = hits[0], where
+    for stem in graded:
+        titled = [a for a in course if a.title.strip() == stem]
+        if stem in out or not titled or any(a in out.values() for a in titled):
+            continue
+        if len(titled) > 1:
+            raise ValueError(f"several of the course's assignments are titled {stem} "
+                             f"({', '.join(a.header for a in titled)}): Canvas would update one of them; name it "
+                             f"with --canvas-assignments {int(stem[:2])}=ID")
+        out[stem] = titled[0]
+    return out
+
+
+def unmapped_chapters(graded: list[str], columns: dict[str, CanvasAssignment], course: list[CanvasAssignment]
+                      ) -> list[str]:
+    """needs_review.md's lines for this run's chapters that go to none of the course's
+    assignments although the roster (Canvas's export) lists some: Canvas's import makes
+    a new assignment of each."""
+    if not course:
+        return []
+    return [f"gradebook_canvas.csv: {stem} goes to none of the course's assignments, so Canvas's import makes a "
+            f"new assignment named {stem}; to update one of them instead, rerun with --resume and "
+            f"--canvas-assignments {int(stem[:2])}=ID (the roster names {_listed(course, 4)})"
+            for stem in graded if stem not in columns]
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def write_canvas(out: Path, rows: list[Row], roster: list[Student] = (), matched: dict[str, Student] | None = None,
+                 columns: dict[str, CanvasAssignment] | None = None) -> tuple[Path, list[str]]:
     """``gradebook_canvas.csv`` in the layout of Canvas's gradebook import (the layout
     Canvas's own export has): ``Student, ID, SIS User ID, SIS Login ID, Section``, then
     one column per chapter graded (its points, the sum of its exercises'), and under the
@@ -646,8 +792,11 @@ def write_canvas(out: Path, rows: list[Row], roster: list[Student] = (), matched
     roster entry matched has no id Canvas could use: it is left out and named in the
     returned problems (for needs_review.md). A chapter the student has no grade for
     (nothing handed in, or a notebook waiting for review: :data:`NO_GRADE`) is an empty
-    cell, never a 0 the grader did not give. Returns the path and the problems."""
-    matched = matched or {}
+    cell, never a 0 the grader did not give. ``columns`` (:func:`canvas_columns`): a
+    chapter's column is named as the course's assignment it updates (``Week 1: KV memory
+    (90001)``, as Canvas's export names it; its Points Possible cell the export's), else by
+    the chapter (``01_kv_memory``: a new assignment). Returns the path and the problems."""
+    matched, columns = matched or {}, columns or {}
     known = graded_chapters(rows)
     graded = [r for r in rows if r.exercise]
     chapters = sorted({r.chapter for r in graded})
@@ -658,8 +807,17 @@ def write_canvas(out: Path, rows: list[Row], roster: list[Student] = (), matched
     problems = []
     with open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(csv_row([*CANVAS_FIELDS, *chapters]))
-        w.writerow(csv_row([CANVAS_POINTS_ROW, "", "", "", "", *[_num(possible[c]) for c in chapters]]))
+        w.writerow(csv_row([*CANVAS_FIELDS, *[columns[c].header if c in columns else c for c in chapters]]))
+        w.writerow(csv_row([CANVAS_POINTS_ROW, "", "", "", "",
+                            *[columns[c].points if columns.get(c) and columns[c].points else _num(possible[c])
+                              for c in chapters]]))
+        for c in chapters:
+            theirs = _number(columns[c].points) if c in columns else None
+            if theirs is not None and abs(theirs - possible[c]) > 1e-9:
+                problems.append(f"gradebook_canvas.csv: {columns[c].header} is worth {columns[c].points} points in "
+                                f"Canvas, {c} {_num(possible[c])} here; the import writes the grader's points, so "
+                                f"full marks show as {_num(possible[c])} / {columns[c].points}: set the "
+                                f"assignment's points to {_num(possible[c])} in Canvas, or rescale")
         students = sorted({r.student for r in rows})
         claims: dict[str, list[str]] = {}
         for s in students:

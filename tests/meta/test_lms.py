@@ -232,7 +232,9 @@ def test_a_canvas_download_graded_late_and_imported_back(tmp_path):
     María, an accented name, whose solved notebook is called homework1.ipynb; an anonymous
     submission; a file nothing reads), Canvas's roster export, a due date and 10% a day: no
     --chapters, so Chapters 1 and 3 (all the download holds) are graded, and the model of
-    Chapter 8 is not converted. No cell holds a zero the grader did not give."""
+    Chapter 8 is not converted. No cell holds a zero the grader did not give. The export
+    holds the course's assignment of Chapter 1 (worth 100 points there), mapped with
+    --canvas-assignments: the import updates it; Chapter 3 has none, and the review says so."""
     ch3 = "03_quantized_kv_cache"
     folder = _download(tmp_path / "download", {
         "smithalice_12345_678901_01_kv_memory.ipynb": SOLVED,
@@ -241,22 +243,28 @@ def test_a_canvas_download_graded_late_and_imported_back(tmp_path):
         "deleónmaría_34567_678903_homework1.ipynb": SOLVED,
         "anon_Xy3Zq_678904_01_kv_memory.ipynb": SOLVED,
         "jonesbob_23456_678905_text.html": SOLVED})
-    (tmp_path / "roster.csv").write_text(CANVAS_ROSTER + '"de León, María",34567,S003,mdeleon,Section A\n',
-                                         encoding="utf-8")
+    export = "Student,ID,SIS User ID,SIS Login ID,Section,Week 1: KV memory (90001),Current Score\n" \
+             "    Points Possible,,,,,100,(read only)\n" + "".join(
+                 line + ",,\n" for line in CANVAS_ROSTER.splitlines()[2:]) + \
+             '"de León, María",34567,S003,mdeleon,Section A,,\n'
+    (tmp_path / "roster.csv").write_text(export, encoding="utf-8")
     (tmp_path / "submitted.csv").write_text("student,submitted\n23456,2026-12-03T05:59:00+00:00\n")
     out = tmp_path / "grades"
     done = subprocess.run([sys.executable, "-m", "grading.batch", str(folder), "--out", str(out), "--workers", "2",
                            "--quiet", "--roster", str(tmp_path / "roster.csv"), "--due", "2026-12-01T23:59:00+00:00",
-                           "--late-penalty", "0.1:0.5", "--submitted", str(tmp_path / "submitted.csv")],
+                           "--late-penalty", "0.1:0.5", "--submitted", str(tmp_path / "submitted.csv"),
+                           "--canvas-assignments", "1=90001"],
                           cwd=ROOT, capture_output=True, text=True, timeout=800)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"chapters graded: {STEM}, {ch3} (the chapters the submissions hold notebooks of" in done.stderr
     assert "modellab" not in done.stderr
     with open(out / "gradebook_canvas.csv", newline="", encoding="utf-8") as f:
         table = list(csv.reader(f))
-    assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", STEM, ch3]
-    full = float(table[1][5])
-    assert table[1][:5] == ["Points Possible", "", "", "", ""] and full > 0 and float(table[1][6]) > 0
+    assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Week 1: KV memory (90001)", ch3]
+    with open(out / "gradebook_wide.csv", newline="", encoding="utf-8") as f:
+        wide = {r["student"]: r for r in csv.DictReader(f)}
+    full = float(wide["jonesbob"]["max_total"])  # Chapter 1's points: Bob handed in nothing else
+    assert table[1][:6] == ["Points Possible", "", "", "", "", "100"] and full > 0 and float(table[1][6]) > 0
     got = {row[1]: row[5:] for row in table[2:]}
     assert set(got) == {"12345", "23456", "34567"}  # the anonymous submission has no Canvas id
     assert float(got["12345"][0]) == full and got["12345"][1] == "0"  # the stub: a zero the grader gave
@@ -275,9 +283,11 @@ def test_a_canvas_download_graded_late_and_imported_back(tmp_path):
     assert "ignored jonesbob_23456_678905_text.html" in review
     assert "deleónmaría" in review and "homework1.ipynb was not matched" in review
     assert "anon_Xy3Zq is not on the roster" in review
-    with open(out / "gradebook_wide.csv", newline="", encoding="utf-8") as f:
-        wide = {r["student"]: r for r in csv.DictReader(f)}
-    assert float(wide["jonesbob"]["max_total"]) == full and float(wide["jonesbob"]["total"]) == pytest.approx(full * 0.8)
+    assert f"canvas: gradebook_canvas.csv: {ch3} goes to none of the course's assignments" in review
+    assert f"Week 1: KV memory (90001) is worth 100 points in Canvas, {STEM} {full:g} here" in review
+    said = done.stderr.index(f"{ch3} goes to none of the course's assignments")  # once, before grading
+    assert said < done.stderr.index("chapters graded:") and done.stderr.count(f"{ch3} goes to none") == 1
+    assert float(wide["jonesbob"]["total"]) == pytest.approx(full * 0.8)
     assert wide["deleónmaría"]["total"] == "" and float(wide["anon_Xy3Zq"]["total"]) == full
 
 
@@ -390,3 +400,93 @@ def test_resume_writes_the_chapters_now_chosen(tmp_path):
     again.add("bob", "", [])
     same = gb.Gradebook(tmp_path, True, chapters=[STEM])  # the same chapters: nothing made again
     assert same.done == {gb.task_id("bob", STEM), gb.task_id("bob", "")}
+
+
+# -- the course's own assignments: the import updates them, it makes none -----------------------------
+# Canvas's export of a course with two assignments: each column is "Title (id)", then the scores
+# Canvas computes (no assignments), and the Points Possible row ("(read only)" under those).
+CANVAS_COURSE = """Student,ID,SIS User ID,SIS Login ID,Section,Week 1: KV memory (90001),\
+Week 11: Sparse attention (90011),Quiz (90020),Quiz (90021),Assignments Current Score,Current Score,Unposted Final Grade
+    Points Possible,,,,,18,54,5,5,(read only),(read only),(read only)
+"Smith, Alice",12345,S001,asmith,Section A,,,,,,,
+"Jones, Bob",23456,S002,bjones,Section A,,,,,,,
+"""
+
+
+def _course(tmp_path: Path) -> Path:
+    path = tmp_path / "canvas_export.csv"
+    path.write_text(CANVAS_COURSE, encoding="utf-8")
+    return path
+
+
+def test_the_export_s_assignments_are_its_title_and_id_columns(tmp_path):
+    course = gb.read_canvas_assignments(_course(tmp_path))
+    assert [(a.title, a.id, a.points) for a in course] == [("Week 1: KV memory", "90001", "18"),
+                                                           ("Week 11: Sparse attention", "90011", "54"),
+                                                           ("Quiz", "90020", "5"), ("Quiz", "90021", "5")]
+    (tmp_path / "roster.csv").write_text(CANVAS_ROSTER)
+    assert gb.read_canvas_assignments(tmp_path / "roster.csv") == []  # a Canvas export of no assignment
+
+
+def test_a_mapped_chapter_s_column_is_the_course_s_assignment(tmp_path):
+    """Chapter 1 mapped by id on the command line, Chapter 11 by its exact title in a mapping
+    file: each column is named as Canvas's export names the assignment (so the import updates
+    it, found by its id), with the export's Points Possible; values are the grader's points."""
+    course = gb.read_canvas_assignments(_course(tmp_path))
+    (tmp_path / "map.csv").write_text("chapter,assignment\n11_sparse_attention,Week 11: Sparse attention\n")
+    mapping = gb.read_canvas_map(["1=90001", str(tmp_path / "map.csv")])
+    ch11 = "11_sparse_attention"
+    columns = gb.canvas_columns(mapping, course, [STEM, ch11], [STEM, ch11])
+    assert {s: a.id for s, a in columns.items()} == {STEM: "90001", ch11: "90011"}
+    roster = gb.read_roster(_course(tmp_path))
+    rows = [gb.Row("smithalice", STEM, "1.1", 10, 10, gb.PASSED), gb.Row("smithalice", STEM, "1.2", 5, 8, gb.FAILED),
+            gb.Row("smithalice", ch11, "11.1", 54, 54, gb.PASSED),
+            gb.Row("jonesbob", STEM, "1.1", 4, 10, gb.FAILED), gb.Row("jonesbob", STEM, "1.2", 8, 8, gb.PASSED),
+            gb.Row("jonesbob", ch11, "11.1", 0, 54, gb.MISSING)]
+    path, problems = gb.write_canvas(tmp_path, rows, roster, {"smithalice": roster[0], "jonesbob": roster[1]}, columns)
+    with open(path, newline="", encoding="utf-8") as f:
+        table = list(csv.reader(f))
+    assert table[0] == [*gb.CANVAS_FIELDS, "Week 1: KV memory (90001)", "Week 11: Sparse attention (90011)"]
+    assert table[1] == ["Points Possible", "", "", "", "", "18", "54"]
+    assert {r[1]: r[5:] for r in table[2:]} == {"12345": ["15", "54"], "23456": ["12", ""]}
+    assert problems == []
+    # An assignment worth other points than the chapter: written as the grader gives them, and said.
+    rows[1] = gb.Row("smithalice", STEM, "1.2", 5, 10, gb.FAILED)
+    _, problems = gb.write_canvas(tmp_path, rows, roster, {"smithalice": roster[0]}, columns)
+    assert any("Week 1: KV memory (90001) is worth 18 points in Canvas, 01_kv_memory 20 here" in p for p in problems)
+
+
+def test_an_unmapped_chapter_makes_a_new_column_and_is_named(tmp_path):
+    """No mapping for Chapter 1: its column stays 01_kv_memory (Canvas makes a new
+    assignment), and the review list says so, with the option that maps it. A chapter
+    titled exactly as an assignment (what an earlier import made) is found by that title."""
+    course = gb.read_canvas_assignments(_course(tmp_path))
+    assert gb.canvas_columns([], course, [STEM], [STEM]) == {}
+    (line,) = gb.unmapped_chapters([STEM], {}, course)
+    assert "01_kv_memory goes to none of the course's assignments" in line and "--canvas-assignments 1=ID" in line
+    assert "Week 1: KV memory (90001)" in line
+    assert gb.unmapped_chapters([STEM], {}, []) == []  # a roster that is no Canvas export: nothing to say
+    made = [*course, gb.CanvasAssignment(f"{STEM} (90099)", STEM, "90099", "20")]
+    assert gb.canvas_columns([], made, [STEM], [STEM])[STEM].id == "90099"
+
+
+def test_a_mapping_that_is_ambiguous_or_names_nothing_is_an_error_naming_it(tmp_path):
+    course = gb.read_canvas_assignments(_course(tmp_path))
+    stems = [STEM, "11_sparse_attention"]
+    cases = {"1=Quiz": "--canvas-assignments 1=Quiz: 'Quiz' is ambiguous, it names several assignments "
+                       r"\(Quiz \(90020\), Quiz \(90021\)\); give the id, e.g. 1=90020",
+             "1=Week 2": "--canvas-assignments 1=Week 2: no assignment 'Week 2' in the roster's header",
+             "12=90001": "--canvas-assignments 12=90001: no chapter '12'"}
+    for spec, message in cases.items():
+        with pytest.raises(ValueError, match=message):
+            gb.canvas_columns(gb.read_canvas_map([spec]), course, stems, stems)
+    with pytest.raises(ValueError, match="Week 1: KV memory \\(90001\\) is mapped to two chapters"):
+        gb.canvas_columns(gb.read_canvas_map(["1=90001", "11=90001"]), course, stems, stems)
+    with pytest.raises(ValueError, match="needs --roster to be Canvas's gradebook export"):
+        gb.canvas_columns(gb.read_canvas_map(["1=90001"]), [], stems, stems)
+    with pytest.raises(ValueError, match="neither CHAPTER=ASSIGNMENT"):
+        gb.read_canvas_map(["no-such-file.csv"])
+    twice = [*course, gb.CanvasAssignment(f"{STEM} (90098)", STEM, "90098"),
+             gb.CanvasAssignment(f"{STEM} (90099)", STEM, "90099")]
+    with pytest.raises(ValueError, match="several of the course's assignments are titled 01_kv_memory"):
+        gb.canvas_columns([], twice, stems, [STEM])
