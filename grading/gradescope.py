@@ -27,7 +27,8 @@ one test per exercise (``number`` "5.3"); the hidden tests of an exercise are a 
 their own with ``visibility: after_published`` whose output never names them. A
 placeholder ``results.json`` saying that grading did not finish is written before
 anything runs, and whatever goes wrong afterwards (a crash of the grader itself, a
-timeout) still ends in a valid file that names the failure. The root is a parameter
+timeout) still ends in a valid file that names the failure, to the student and, in a test
+only instructors see, to the instructor (:func:`failure_results`). The root is a parameter
 (``--root``, or ``AUTOGRADER_ROOT``), so tests run it in a temporary folder.
 """
 
@@ -133,12 +134,27 @@ def results_from_rows(rows: list[gb.Row], seconds: float, extra: dict | None = N
             "stdout_visibility": "hidden", "tests": tests, "extra_data": extra or {}}
 
 
+# Gradescope tells no one when an autograder fails: what it shows is the submission's results.
+# A failure is written where an instructor reads them and a student does not: a test of its
+# own with visibility "hidden" (shown to instructors only, Gradescope's specification), beside
+# the log on stdout ("Autograder Output", stdout_visibility "hidden"). run_autograder's own
+# fallback, for a Python that cannot start, writes the same test.
+FAILURE_TEST = "Autograder failure (instructors only)"
+FAILURE_STUDENT_TEXT = ("This submission scores 0 until it is graded again. What went wrong is recorded with it, "
+                        "in a part of these results that only your instructor sees; Gradescope does not alert "
+                        "them, so tell your instructor. Resubmitting may help if the failure was the platform's.")
+
+
 def failure_results(message: str, seconds: float = 0.0) -> dict:
-    """A valid results.json for a run that could not grade: score 0, the failure named."""
+    """A valid results.json for a run that could not grade: score 0, the failure named to
+    the student, and to the instructor in a test only instructors see (:data:`FAILURE_TEST`)."""
     return {"score": 0.0, "execution_time": round(seconds, 1), "stdout_visibility": "hidden",
-            "output": f"The autograder could not grade this submission: {message}\n"
-                      "Your instructor has been told (the autograder's log); resubmitting may help.",
-            "tests": [], "extra_data": {"failure": message}}
+            "output": f"The autograder could not grade this submission: {message}\n{FAILURE_STUDENT_TEXT}",
+            "tests": [{"name": FAILURE_TEST, "number": "0", "score": 0.0, "max_score": 0.0, "status": "failed",
+                       "output": f"The autograder failed: {message}\nThe log is under Autograder Output. Once "
+                                 "the autograder is fixed, regrade the submissions that show this test.",
+                       "visibility": "hidden"}],
+            "extra_data": {"failure": message}}
 
 
 def write_results(path: Path, results: dict) -> None:

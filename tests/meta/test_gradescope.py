@@ -255,6 +255,19 @@ def test_a_grader_failure_still_writes_valid_results(built, isolated, tmp_path):
     results = json.loads((root / "results" / "results.json").read_text())
     jsonschema.validate(results, SCHEMA)
     assert results["score"] == 0 and "no submission folder" in results["output"], done.stdout[-2000:]
+    _assert_instructor_is_shown(results, "no submission folder")
+
+
+def _assert_instructor_is_shown(results: dict, cause: str) -> None:
+    """The failure is where an instructor reads it and a student does not (a test with
+    visibility "hidden"), and the student is told exactly that, not "your instructor has
+    been told": Gradescope alerts no one."""
+    (failure,) = [t for t in results["tests"] if t["name"] == gradescope.FAILURE_TEST]
+    assert failure["visibility"] == "hidden" and failure["max_score"] == 0 and failure["status"] == "failed"
+    assert cause in failure["output"] and "regrade" in failure["output"], failure
+    assert "has been told" not in json.dumps(results)
+    assert "only your instructor sees" in results["output"] and "tell your instructor" in results["output"]
+    assert all(t["visibility"] == "hidden" for t in results["tests"])
 
 
 def test_a_python_that_cannot_start_still_writes_valid_results(built, tmp_path):
@@ -264,6 +277,26 @@ def test_a_python_that_cannot_start_still_writes_valid_results(built, tmp_path):
     results = json.loads((root / "results" / "results.json").read_text())
     jsonschema.validate(results, SCHEMA)
     assert results["score"] == 0 and "could not start" in results["output"]
+    _assert_instructor_is_shown(results, "no-such-python: No such file or directory")
+    assert results["extra_data"]["exit_status"] == 127
+
+
+def test_a_python_that_starts_and_fails_shows_the_instructor_its_error(built, tmp_path):
+    """A Python without the grader's packages: the end of its traceback, quotes, tabs and
+    all, reaches the instructor's test as valid JSON; the student's output names none of it."""
+    root = autograder_root(built["zip"], tmp_path / "root")
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\n"
+                      "printf 'Traceback\\tModuleNotFoundError: No module named \"torch\" \\\\ \\351\\n' >&2\n"
+                      "exit 1\n")
+    broken.chmod(0o755)
+    done = subprocess.run(["bash", str(root / "run_autograder")], capture_output=True, env=clean_env(
+        AUTOGRADER_PYTHON=str(broken)), timeout=60)
+    assert b"No module named" in done.stderr  # the log (Autograder Output) keeps it too
+    results = json.loads((root / "results" / "results.json").read_text())
+    jsonschema.validate(results, SCHEMA)
+    _assert_instructor_is_shown(results, 'Traceback\tModuleNotFoundError: No module named "torch" \\ ')
+    assert "torch" not in results["output"] and results["extra_data"]["exit_status"] == 1
 
 
 def test_schema_rejects_what_gradescope_would():
