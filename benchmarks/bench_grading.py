@@ -16,6 +16,12 @@
   shared pages counted once) of the whole process tree of ``python -m grading.gradescope run`` (front door, sandbox, grading
   child and its subprocesses), sampled while the chapter is graded, on ``solutions/``.
   Goal: within Gradescope's default 768 MB container.
+- ``grade.gradescope_peak_mib_grader_env`` (issue 41): the same peak, for an
+  ``autograder.zip`` of Chapters 1 and 11 run by its own ``run_autograder`` as in
+  ``tests/meta/test_gradescope.py``, in the environment ``setup.sh`` makes (the zip's
+  ``requirements-grader.txt``, hard-linked from ``.venv`` by
+  ``tests/meta/isolated_python.py``); the note gives the same run in the author's whole
+  stack (every package of ``.venv``), run after it, one at a time: what the smaller pin set saves.
 - ``grade.gradescope_results_valid`` (issue 15): of the three simulated Gradescope runs
   of Chapter 1 (solved, unsolved, crashing; built, unpacked and run as in
   ``tests/meta/test_gradescope.py``), the fraction whose ``results.json`` validates
@@ -126,22 +132,17 @@ def _proportional_bytes(process) -> int:
         return process.memory_info().rss
 
 
-def peak_rss_record(base: Path, stems: list[str]) -> Record:
-    """Grade solutions/ (every chapter) through the Gradescope front door, as
-    run_autograder does, and sample the resident memory of its whole process tree
-    (the front door, the sandbox, the grading child and whatever it starts) every
-    PEAK_SAMPLE_S: the peak while each chapter is graded is what a container must hold.
-    The child's own ``ru_maxrss`` (results.json) is reported beside it."""
+def tree_peaks(command: list[str], cwd: Path, env: dict | None = None) -> tuple[dict[str, float], str, int]:
+    """Run ``command`` (the Gradescope front door, which prints ``grading <stem>`` as each
+    chapter starts) and sample the memory of its whole process tree (the front door, the
+    sandbox, the grading child and whatever it starts) every PEAK_SAMPLE_S: the peak while
+    each chapter is graded is what a container must hold. Returns {stem: peak MiB}, the
+    log and the exit status."""
     import threading
 
     import psutil
 
-    root = base / "peak-root"
-    (root / "submission").mkdir(parents=True)
-    for stem in stems:
-        shutil.copyfile(ROOT / "solutions" / f"{stem}.ipynb", root / "submission" / f"{stem}.ipynb")
-    proc = subprocess.Popen([sys.executable, "-m", "grading.gradescope", "run", "--root", str(root)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     current = {"stem": None}
     log: list[str] = []
 
@@ -170,10 +171,24 @@ def peak_rss_record(base: Path, stems: list[str]) -> Record:
             peaks[stem] = max(peaks.get(stem, 0.0), total / 2**20)
         time.sleep(PEAK_SAMPLE_S)
     reader.join(timeout=10)
+    return peaks, "".join(log), proc.returncode
+
+
+def peak_rss_record(base: Path, stems: list[str]) -> Record:
+    """Grade solutions/ (every chapter) through the Gradescope front door, as
+    run_autograder does, in this repository's environment, and report the process
+    tree's peak per chapter (:func:`tree_peaks`). The child's own ``ru_maxrss``
+    (results.json) is reported beside it."""
+    root = base / "peak-root"
+    (root / "submission").mkdir(parents=True)
+    for stem in stems:
+        shutil.copyfile(ROOT / "solutions" / f"{stem}.ipynb", root / "submission" / f"{stem}.ipynb")
+    peaks, log, returncode = tree_peaks([sys.executable, "-m", "grading.gradescope", "run", "--root", str(root)],
+                                        ROOT)
     results = json.loads((root / "results" / "results.json").read_text())
     own = results.get("extra_data", {}).get("peak_rss_mb", {})
-    if proc.returncode != 0 or not own or not peaks:
-        raise RuntimeError(f"grading.gradescope run failed: {results.get('output', '')[:300]} {''.join(log)[-300:]}")
+    if returncode != 0 or not own or not peaks:
+        raise RuntimeError(f"grading.gradescope run failed: {results.get('output', '')[:300]} {log[-300:]}")
     worst = max(peaks, key=peaks.get)
     return Record("grade.peak_rss_mb_max", peaks[worst], "MiB", "<= 700",
                   note=f"worst {worst}; process tree's PSS per chapter, sampled every {PEAK_SAMPLE_S:g} s (MiB): "
@@ -186,6 +201,53 @@ def peak_rss_record(base: Path, stems: list[str]) -> Record:
                                  if x.get("status") == "failed"))
 
 
+# The chapters of the assignment whose peak was measured on Gradescope itself (issue 41):
+# 678-685 MiB there, with the author's whole stack installed.
+GRADER_ENV_CHAPTERS = "1,11"
+
+
+def gradescope_env_peaks(base: Path, whole_stack: bool, chapters: str = GRADER_ENV_CHAPTERS
+                         ) -> tuple[dict[str, float], dict]:
+    """``run_autograder`` of an ``autograder.zip`` of ``chapters``, unpacked as Gradescope
+    unpacks it, on solutions/, with the Python setup.sh makes: the distributions the zip's
+    ``requirements-grader.txt`` pins (``whole_stack``: every package of ``.venv`` instead,
+    the author's ``requirements.txt``), not this checkout (tests/meta/isolated_python.py).
+    Returns the process tree's peak per chapter (:func:`tree_peaks`) and results.json."""
+    from grading import gradescope
+    from tests.meta.isolated_python import clean_env, make_isolated_python
+    from tests.meta.test_gradescope import autograder_root
+
+    name = "whole" if whole_stack else "grader"
+    zip_path = gradescope.build(base / f"build-{name}", chapters=chapters)
+    root = autograder_root(zip_path, base / f"root-{name}")
+    for chapter in discover_chapters(only=chapters.split(",")):
+        shutil.copyfile(ROOT / "solutions" / f"{chapter.stem}.ipynb", root / "submission" / f"{chapter.stem}.ipynb")
+    pins = None if whole_stack else (root / "source" / gradescope.GRADER_PINS).read_text()
+    python = make_isolated_python(base / f"venv-{name}", pins)
+    peaks, log, returncode = tree_peaks(["bash", str(root / "run_autograder")], root,
+                                        clean_env(AUTOGRADER_PYTHON=str(python)))
+    results = json.loads((root / "results" / "results.json").read_text())
+    if returncode != 0 or not peaks or "failure" in results.get("extra_data", {}):
+        raise RuntimeError(f"run_autograder failed: {results.get('output', '')[:300]} {log[-300:]}")
+    return peaks, results
+
+
+def grader_env_peak_record(base: Path) -> Record:
+    """``grade.gradescope_peak_mib_grader_env``: the largest, over Chapters 1 and 11, of
+    the process tree's peak under run_autograder in the environment setup.sh makes, with
+    the same run in the author's whole stack in the note (what the smaller pin set saves)."""
+    small, results = gradescope_env_peaks(base / "grader", whole_stack=False)
+    whole, _ = gradescope_env_peaks(base / "whole", whole_stack=True)
+    worst = max(small, key=small.get)
+    return Record("grade.gradescope_peak_mib_grader_env", small[worst], "MiB", "<= 700",
+                  note=f"run_autograder, CHAPTERS={GRADER_ENV_CHAPTERS}, solutions/; process tree's PSS, sampled "
+                       f"every {PEAK_SAMPLE_S:g} s (MiB), requirements-grader.txt: "
+                       + ", ".join(f"{s} {mb:.0f}" for s, mb in sorted(small.items()))
+                       + "; the whole requirements.txt: "
+                       + ", ".join(f"{s} {mb:.0f}" for s, mb in sorted(whole.items()))
+                       + f"; score {results['score']:g} of {sum(x['max_score'] for x in results['tests']):g}")
+
+
 def gradescope_records(base: Path, stems: list[str]) -> list[Record]:
     """grade.peak_rss_mb_max and grade.gradescope_results_valid."""
     import jsonschema
@@ -194,7 +256,7 @@ def gradescope_records(base: Path, stems: list[str]) -> list[Record]:
     from grading import gradescope
     from tests.meta.test_gradescope import SCHEMA, STEM, SUBMISSIONS, autograder_root, run_autograder
 
-    records = [peak_rss_record(base, stems)]
+    records = [peak_rss_record(base, stems), grader_env_peak_record(base / "envs")]
     zip_path = gradescope.build(base / "build", chapters="1")
     subs = base / "class"
     scores = {}
