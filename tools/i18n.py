@@ -119,6 +119,29 @@ def glossary() -> list[tuple[str, str]]:
     return pairs
 
 
+# A run of Chinese characters: the part of a term that jieba cuts ("KV 缓存" -> "缓存").
+_CJK_RUN = re.compile(r"[\u3400-\u9fff]+")
+
+
+def search_words() -> list[str]:
+    """The Chinese words of the glossary's terms, each to be indexed whole by the search.
+
+    Sphinx's Chinese search cuts text with jieba, whose dictionary splits 预填充 into 预 and
+    填充 and drops the one-character piece, while the browser looks up what the reader types
+    as one word; so a term that jieba does not know is never found. A term's Latin part
+    ("KV", "softmax") is indexed as a word of its own already.
+    """
+    words = [run for _en, zh in glossary() for run in _CJK_RUN.findall(zh) if len(run) > 1]
+    return list(dict.fromkeys(words))
+
+
+def write_search_dictionary(path: Path) -> Path:
+    """A jieba user dictionary of the glossary's words (one a line), for html_search_options."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{word}\n" for word in search_words()), encoding="utf-8")
+    return path
+
+
 def _term_pattern(term: str) -> re.Pattern:
     # "KV cache" also matches "KV-cache" and "KV caches"; not inside another word.
     words = [re.escape(w) for w in re.split(r"[\s-]+", term)]

@@ -21,6 +21,7 @@ import pytest
 from grading.layout import ROOT
 
 from tests.browser.test_book_pages import CHROMEDRIVER, CHROMIUM, HTML, MATH_TIMEOUT_S, browser, server, pages  # noqa: F401
+from tools.i18n import glossary, search_words
 
 LANG = "zh_CN"
 ZH = HTML / LANG
@@ -134,21 +135,36 @@ def test_switch_keeps_the_section(browser, server):  # noqa: F811
         f"{LANG}/{page} has no section {section!r}"
 
 
-def test_chinese_search_index_has_chinese_words():
-    """Sphinx cuts Chinese text into words with jieba when it is installed (requirements.txt)."""
+def _search_terms() -> dict:
     import json
 
     text = (ZH / "searchindex.js").read_text(encoding="utf-8")
-    terms = json.loads(text[text.index("(") + 1:text.rindex(")")])["terms"]
+    return json.loads(text[text.index("(") + 1:text.rindex(")")])["terms"]
+
+
+def test_chinese_search_index_has_chinese_words():
+    """Sphinx cuts Chinese text into words with jieba when it is installed (requirements.txt)."""
+    terms = _search_terms()
     for word in ("缓存", "注意力", "量化"):
         assert word in terms, f"the Chinese search index has no entry {word!r}: is jieba installed?"
 
 
+def test_chinese_search_index_has_every_glossary_term():
+    """Each term of the glossary is indexed whole (tools/i18n.py's dictionary for jieba)."""
+    terms = _search_terms()
+    missing = [word for word in search_words() if word not in terms]
+    assert not missing, f"the Chinese search index lacks {missing}: did the build load its jieba dictionary?"
+
+
 @pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
-def test_chinese_search_finds_pages(browser, server):  # noqa: F811
+@pytest.mark.parametrize("term", [zh for _en, zh in glossary()])
+def test_chinese_search_finds_pages(browser, server, term):  # noqa: F811
+    """A reader who types a glossary term, as the notation page writes it, finds pages."""
+    from urllib.parse import quote
+
     from selenium.webdriver.support.ui import WebDriverWait
 
-    browser.get(f"{server}/{LANG}/search.html?q=%E7%BC%93%E5%AD%98")  # 缓存, "cache"
+    browser.get(f"{server}/{LANG}/search.html?q={quote(term)}")
     WebDriverWait(browser, MATH_TIMEOUT_S).until(
         lambda d: d.execute_script("return document.querySelectorAll('#search-results li').length") > 0,
-        message="searching the Chinese edition for 缓存 found no page")
+        message=f"searching the Chinese edition for {term!r} found no page")

@@ -136,3 +136,22 @@ def test_a_titled_reference_keeps_its_target_and_translates_its_title():
     assert i18n.placeholders(english) == i18n.placeholders("术语见{ref}`符号页 <glossary>`。")
     assert i18n.placeholders(english) != i18n.placeholders("术语见{ref}`符号页 <notation>`。")
     assert i18n.placeholders(english) != i18n.placeholders("术语见{doc}`符号页 <glossary>`。")
+
+
+def test_chinese_search_indexes_each_glossary_term_whole(tmp_path):
+    """Sphinx's Chinese splitter, with the build's dictionary, keeps every term as one word.
+
+    The browser looks up what the reader types (预填充) as one word of the index; without the
+    dictionary jieba cuts it into 预 and 填充, and the one-character piece is dropped.
+    """
+    pytest.importorskip("jieba")
+    from sphinx.search.zh import SearchChinese
+
+    language = SearchChinese({"dict": str(i18n.write_search_dictionary(tmp_path / "dict.txt"))})
+    words = i18n.search_words()
+    assert {"预填充", "稀疏注意力", "上下文并行", "环形注意力", "闪电索引器"} <= set(words)
+    for _english, term in i18n.glossary():
+        indexed = {w for w in language.split(term) if language.word_filter(w)}
+        for part in term.split():
+            if i18n._CJK_RUN.fullmatch(part) and len(part) > 1:
+                assert part in indexed, f"search would not find {part!r}: it is cut into {sorted(indexed)}"
