@@ -155,3 +155,19 @@ def test_chinese_search_indexes_each_glossary_term_whole(tmp_path):
         for part in term.split():
             if i18n._CJK_RUN.fullmatch(part) and len(part) > 1:
                 assert part in indexed, f"search would not find {part!r}: it is cut into {sorted(indexed)}"
+
+
+def test_words_in_a_formula_translate_and_its_identifiers_stay():
+    english = r"The cache is $\text{bytes per token} \times \text{num_layers}$ and $0 \text{ or } 1$."
+    assert i18n.placeholders(english) == i18n.placeholders(r"缓存为 $\text{每 token 字节数} \times \text{num_layers}$，取 $0 \text{ 或 } 1$。")
+    assert i18n.placeholders(english) != i18n.placeholders(r"缓存为 $\text{每 token 字节数} \times \text{层数}$，取 $0 \text{ 或 } 1$。")
+    assert i18n.placeholders(english) != i18n.placeholders(r"缓存为 $\text{每 token 字节数} \times \text{num_layers}$，取 $0 \text{ 或 } 2$。")
+
+
+def test_a_link_title_left_in_english_is_caught(books):
+    english = "The results are in {ref}`Chapter 9's section on the real model <ch9-real-model>`."
+    assert books({english: "结果见{ref}`第 9 章讲真实模型的一节 <ch9-real-model>`。"}).problems == []
+    report = books({english: "结果见{ref}`Chapter 9's section on the real model <ch9-real-model>`。"})
+    assert [p.kind for p in report.problems] == ["untranslated"] and "link title" in report.problems[0].detail
+    # A short title is often a name that stays English in both editions.
+    assert books({"Read [Flash attention](a.md).": "读 [Flash attention](a.md)。"}).problems == []
