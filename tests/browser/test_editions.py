@@ -135,6 +135,32 @@ def test_switch_keeps_the_section(browser, server):  # noqa: F811
         f"{LANG}/{page} has no section {section!r}"
 
 
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
+@pytest.mark.parametrize("edition", ["", f"{LANG}/"])
+def test_switch_sits_at_the_top_and_covers_no_text(browser, server, edition):  # noqa: F811
+    """On a phone, the language link is where the how-to-use page says: at the top, over nothing.
+
+    It was a pill fixed in the bottom-right corner, over the paragraph being read.
+    """
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    size = browser.get_window_size()
+    browser.set_window_size(390, 844)
+    try:
+        browser.get(f"{server}/{edition}chapters/05_flash_attention.html")
+        WebDriverWait(browser, MATH_TIMEOUT_S).until(lambda d: d.execute_script("return document.readyState") == "complete")
+        switch, heading, fixed = browser.execute_script("""
+            const nav = document.querySelector('nav.edition-switch');
+            const h1 = document.querySelector('.bd-article h1');
+            return [nav.getBoundingClientRect().toJSON(), h1.getBoundingClientRect().toJSON(),
+                    getComputedStyle(nav).position];""")
+        assert fixed not in ("fixed", "sticky"), f"the language link is {fixed}: it stays over the text when scrolling"
+        assert switch["bottom"] <= heading["top"] + 1, f"the language link {switch} is not above the title {heading}"
+        assert switch["right"] <= 390 and switch["width"] > 0, f"the language link {switch} is off the screen"
+    finally:
+        browser.set_window_size(size["width"], size["height"])
+
+
 def _search_terms() -> dict:
     import json
 
