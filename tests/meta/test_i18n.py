@@ -7,6 +7,7 @@ show that it catches each kind of mistake it claims to, on small catalogues made
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from babel.messages.catalog import Catalog
@@ -171,3 +172,33 @@ def test_a_link_title_left_in_english_is_caught(books):
     assert [p.kind for p in report.problems] == ["untranslated"] and "link title" in report.problems[0].detail
     # A short title is often a name that stays English in both editions.
     assert books({"Read [Flash attention](a.md).": "读 [Flash attention](a.md)。"}).problems == []
+
+
+def test_code_toggles_read_in_chinese():
+    """MyST-NB fills a toggle's {type} in English ("source"); the Chinese edition translates it."""
+    import sys
+    from types import SimpleNamespace
+
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
+    from myst_nb.sphinx_ import HideCodeCellNode
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    import editions
+
+    env = SimpleNamespace(book_messages=editions.book_messages("zh_CN"))
+    document = new_document("page", get_default_settings(Parser))
+    show = env.book_messages["Show code cell {type}"]
+    for word in ("source", "outputs", "output", "content"):  # as MyST-NB's HideInputCells fills them
+        document += HideCodeCellNode(prompt_show=show.replace("{type}", word), prompt_hide="")
+    class Toggles(editions.ToggleWords):  # the transform without a Sphinx build around it
+        def __init__(self, document):
+            self.document = document
+
+        env = property(lambda self: SimpleNamespace(book_messages=messages))
+
+    messages = env.book_messages
+    Toggles(document).run()
+    shown = [node["prompt_show"] for node in document.findall(HideCodeCellNode)]
+    assert not any(re.search("[A-Za-z]", text) for text in shown), shown
