@@ -18,7 +18,9 @@ Placeholders are the parts of a message that are not prose: inline code, math, M
 (``{glue:text}`key:.1f```, ``{cite:p}`...```, ``{numref}`...```), link targets and
 format fields. A translation must contain each exactly as often as the English does. The
 title of a titled cross-reference (``{ref}`the notation page <glossary>```) is prose: only
-its role and target must stay.
+its role and target must stay, and a title of four English words or more left as it was
+is reported as untranslated. So are the words of a formula's ``\text{...}``: they may be
+translated, while an identifier there (``\text{num_layers}``, with an underscore) stays.
 """
 
 from __future__ import annotations
