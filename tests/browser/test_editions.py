@@ -161,6 +161,19 @@ def test_switch_sits_at_the_top_and_covers_no_text(browser, server, edition):  #
         browser.set_window_size(size["width"], size["height"])
 
 
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
+def test_chinese_emphasis_is_not_slanted(browser, server):  # noqa: F811
+    """Chinese typography has no italics: emphasis takes emphasis dots (_static/book.css)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{server}/{LANG}/chapters/05_flash_attention.html")
+    WebDriverWait(browser, MATH_TIMEOUT_S).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    styles = browser.execute_script("""
+        return [...document.querySelectorAll('.bd-article p em')].map(e => getComputedStyle(e).fontStyle);""")
+    assert styles, "no emphasis on the page to check"
+    assert set(styles) == {"normal"}, f"emphasis in the Chinese edition is set as {set(styles)}"
+
+
 def _search_terms() -> dict:
     import json
 
