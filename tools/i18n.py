@@ -18,7 +18,9 @@ Placeholders are the parts of a message that are not prose: inline code, math, M
 (``{glue:text}`key:.1f```, ``{cite:p}`...```, ``{numref}`...```), link targets and
 format fields. A translation must contain each exactly as often as the English does. The
 title of a titled cross-reference (``{ref}`the notation page <glossary>```) is prose: only
-its role and target must stay.
+its role and target must stay, and a title of four English words or more left as it was
+is reported as untranslated. So are the words of a formula's ``\text{...}``: they may be
+translated, while an identifier there (``\text{num_layers}``, with an underscore) stays.
 """
 
 from __future__ import annotations
@@ -67,9 +69,36 @@ def _placeholder(found: str) -> str:
     return f"{titled.group(1)}<{titled.group(2)}>`" if titled else found
 
 
+# Words in a formula, \text{bytes per token}: prose, which the translation may change. An
+# identifier there (\text{num_layers}, \text{head\_dim}) has an underscore and must stay.
+_PROSE_TEXT = re.compile(r"\\text(?:bf|rm|it|sf)?\{[^{}\\_]*\}")
+
+
+def _math_key(found: str) -> str:
+    # Spaces in a formula typeset nothing; with its prose taken out they would differ.
+    return re.sub(r"\s+", "", found.replace("\\text{}", "")) if found.startswith("$") else found
+
+
+# The words a reader clicks: a titled reference's title, a Markdown link's text.
+_LINK_TITLE = re.compile(r"\{[A-Za-z][\w:.-]*\}`([^`<]+?)\s*<[^<>`]+>`|(?<!!)\[([^\]]+)\]\([^)\s]+\)")
+# Four words or more: a shorter title is often a name that stays English ("Flash attention").
+_ENGLISH_WORDS = re.compile(r"[A-Za-z]+(?:'s)?(?:\s+[A-Za-z]+(?:'s)?){3,}")
+
+
+def english_titles(english: str, translation: str) -> list[str]:
+    """Link titles of the English, in words, that the translation still shows in English."""
+    titles = [a or b for a, b in _LINK_TITLE.findall(english)]
+    shown = {a or b for a, b in _LINK_TITLE.findall(translation)}
+    return [t for t in titles if t in shown and _ENGLISH_WORDS.search(_PLACEHOLDER.sub(" ", t))]
+
+
 def placeholders(text: str) -> collections.Counter:
-    """The placeholders of one message, counted: roles, code, math, link targets, fields."""
-    found = collections.Counter(_placeholder(m.group(0)) for m in _PLACEHOLDER.finditer(text))
+    """The placeholders of one message, counted: roles, code, math, link targets, fields.
+
+    Math must stay as it is, but for the words of its ``\\text{...}`` (not identifiers).
+    """
+    text = _PROSE_TEXT.sub(lambda _m: "\\text{}", text)  # emptied, not removed: "$\text{low}$" stays math
+    found = collections.Counter(_math_key(_placeholder(m.group(0))) for m in _PLACEHOLDER.finditer(text))
     found.update(f"]({t})" for t in _TARGET.findall(text))
     return found
 
@@ -119,6 +148,29 @@ def glossary() -> list[tuple[str, str]]:
     return pairs
 
 
+# A run of Chinese characters: the part of a term that jieba cuts ("KV 缓存" -> "缓存").
+_CJK_RUN = re.compile(r"[\u3400-\u9fff]+")
+
+
+def search_words() -> list[str]:
+    """The Chinese words of the glossary's terms, each to be indexed whole by the search.
+
+    Sphinx's Chinese search cuts text with jieba, whose dictionary splits 预填充 into 预 and
+    填充 and drops the one-character piece, while the browser looks up what the reader types
+    as one word; so a term that jieba does not know is never found. A term's Latin part
+    ("KV", "softmax") is indexed as a word of its own already.
+    """
+    words = [run for _en, zh in glossary() for run in _CJK_RUN.findall(zh) if len(run) > 1]
+    return list(dict.fromkeys(words))
+
+
+def write_search_dictionary(path: Path) -> Path:
+    """A jieba user dictionary of the glossary's words (one a line), for html_search_options."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{word}\n" for word in search_words()), encoding="utf-8")
+    return path
+
+
 def _term_pattern(term: str) -> re.Pattern:
     # "KV cache" also matches "KV-cache" and "KV caches"; not inside another word.
     words = [re.escape(w) for w in re.split(r"[\s-]+", term)]
@@ -150,7 +202,7 @@ def book_template() -> list[str]:
     import yaml
 
     sys.path.insert(0, str(ROOT / "book" / "_ext"))
-    from editions import SWITCH_LABEL, TRANSLATED_SETTINGS
+    from editions import SWITCH_LABEL, TOGGLE_WORDS, TRANSLATED_SETTINGS
 
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
     sys.path.insert(0, str(CONF_DIR))
@@ -161,7 +213,7 @@ def book_template() -> list[str]:
     defaults = NbParserConfig()  # MyST-NB's settings, as the build has them unless conf sets them
     settings = [getattr(conf, name, None) or getattr(defaults, name.removeprefix("nb_"))
                 for name in TRANSLATED_SETTINGS]
-    words = [SWITCH_LABEL] + settings
+    words = [SWITCH_LABEL] + settings + list(TOGGLE_WORDS)
     for part in toc.get("parts", []):
         words.append(part["caption"])
         words.extend(entry["title"] for entry in part["chapters"] if entry.get("title"))
@@ -272,6 +324,10 @@ def check(language: str, *, fresh: bool = True) -> Report:
                 extra = ", ".join(sorted((got - want).elements()))
                 report.problems.append(Problem(label, "placeholder", msgid,
                                                f"missing: {missing or '-'}; not in the English: {extra or '-'}"))
+            for title in english_titles(msgid, m.string):
+                report.untranslated += 1
+                report.problems.append(Problem(label, "untranslated", msgid,
+                                               f"the link title {title!r} is still English"))
             prose = _prose(msgid)
             # A message that is a term of the glossary by itself (its own English column)
             # may stay English; every other use of a term takes the translation.

@@ -11,7 +11,8 @@ and solution pages) come from no page, and Sphinx inserts them after it has tran
 pages, so the page catalogues cannot reach them. They are translated here, from
 ``locales/<lang>/LC_MESSAGES/book.po``, which ``tools/i18n.py`` writes from ``_toc.yml`` and
 checks with the page catalogues. So are this extension's own label, the book's title, and
-the "Show code cell source" toggles of MyST-NB (settings, set here from the catalogue).
+the "Show code cell source" toggles of MyST-NB (settings, set here from the catalogue, and
+the word MyST-NB puts in them).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from babel.messages.pofile import read_po
 from sphinx import addnodes
 from sphinx.transforms import SphinxTransform
+from sphinx.transforms.post_transforms import SphinxPostTransform
 
 CATALOGUE = "book"  # locales/<lang>/LC_MESSAGES/book.po
 SOURCE = "en"
@@ -29,6 +31,9 @@ LOCALES = Path(__file__).resolve().parents[2] / "locales"
 SWITCH_LABEL = "Other editions of this page"
 # Settings whose English words the pages show (the book's title; MyST-NB's code toggles).
 TRANSLATED_SETTINGS = ("html_title", "nb_code_prompt_show", "nb_code_prompt_hide")
+# The words MyST-NB puts for {type} in a toggle ("Show code cell source"), in English whatever
+# the language; ToggleWords translates them after MyST-NB has put them in.
+TOGGLE_WORDS = ("source", "outputs", "output", "content")
 
 
 def _language(app) -> str:
@@ -91,6 +96,26 @@ class TranslateTocTitles(SphinxTransform):
                                   for title, ref in toctree["entries"]]
 
 
+class ToggleWords(SphinxPostTransform):
+    """The part of a code toggle that MyST-NB fills in English ({type}), in this edition's language."""
+
+    default_priority = 200  # after MyST-NB's HideInputCells (199) has filled in {type}
+    formats = ("html",)
+
+    def run(self, **kwargs):
+        messages = self.env.book_messages
+        if not messages:
+            return
+        from myst_nb.sphinx_ import HideCodeCellNode
+
+        for node in self.document.findall(HideCodeCellNode):
+            for key in ("prompt_show", "prompt_hide"):
+                for word in TOGGLE_WORDS:  # "outputs" before "output"
+                    if word in node[key] and word in messages:
+                        node[key] = node[key].replace(word, messages[word])
+                        break
+
+
 def load_messages(app, env, docnames):
     env.book_messages = book_messages(_language(app))
 
@@ -108,5 +133,6 @@ def setup(app):
     app.connect("env-before-read-docs", load_messages)
     app.connect("html-page-context", add_switch)
     app.add_transform(TranslateTocTitles)
+    app.add_post_transform(ToggleWords)
     app.add_js_file("editions.js")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

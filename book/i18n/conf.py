@@ -10,11 +10,14 @@ what translation needs. ``tools/i18n.py`` runs the builds with ``-c book/i18n``.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from jupyter_book.config import get_final_config
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from tools.i18n import write_search_dictionary  # noqa: E402
 
 # The overrides that `jupyter-book build` passes for an HTML build of this book.
 _build_overrides = {"external_toc_path": str(ROOT / "_toc.yml"), "latex_individualpages": False}
@@ -38,3 +41,8 @@ language = "en"
 # per-build ids, so `make i18n-update` on any machine writes the same files.
 gettext_location = False
 gettext_uuid = False
+
+# Chinese search: jieba cuts the pages into words with this dictionary of the glossary's
+# terms (written from book/notation.md at each build), so that 预填充 or 稀疏注意力 is
+# indexed whole and found as typed. Other languages' search ignores the option.
+html_search_options = {"dict": str(write_search_dictionary(ROOT / "_build" / "i18n" / "search_dictionary.txt"))}

@@ -21,6 +21,7 @@ import pytest
 from grading.layout import ROOT
 
 from tests.browser.test_book_pages import CHROMEDRIVER, CHROMIUM, HTML, MATH_TIMEOUT_S, browser, server, pages  # noqa: F401
+from tools.i18n import glossary, search_words
 
 LANG = "zh_CN"
 ZH = HTML / LANG
@@ -134,21 +135,79 @@ def test_switch_keeps_the_section(browser, server):  # noqa: F811
         f"{LANG}/{page} has no section {section!r}"
 
 
-def test_chinese_search_index_has_chinese_words():
-    """Sphinx cuts Chinese text into words with jieba when it is installed (requirements.txt)."""
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
+@pytest.mark.parametrize("edition", ["", f"{LANG}/"])
+def test_switch_sits_at_the_top_and_covers_no_text(browser, server, edition):  # noqa: F811
+    """On a phone, the language link is where the how-to-use page says: at the top, over nothing.
+
+    It was a pill fixed in the bottom-right corner, over the paragraph being read.
+    """
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    size = browser.get_window_size()
+    browser.set_window_size(390, 844)
+    try:
+        browser.get(f"{server}/{edition}chapters/05_flash_attention.html")
+        WebDriverWait(browser, MATH_TIMEOUT_S).until(lambda d: d.execute_script("return document.readyState") == "complete")
+        switch, heading, fixed = browser.execute_script("""
+            const nav = document.querySelector('nav.edition-switch');
+            const h1 = document.querySelector('.bd-article h1');
+            return [nav.getBoundingClientRect().toJSON(), h1.getBoundingClientRect().toJSON(),
+                    getComputedStyle(nav).position];""")
+        assert fixed not in ("fixed", "sticky"), f"the language link is {fixed}: it stays over the text when scrolling"
+        assert switch["bottom"] <= heading["top"] + 1, f"the language link {switch} is not above the title {heading}"
+        assert switch["right"] <= 390 and switch["width"] > 0, f"the language link {switch} is off the screen"
+    finally:
+        browser.set_window_size(size["width"], size["height"])
+
+
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
+def test_chinese_emphasis_is_not_slanted(browser, server):  # noqa: F811
+    """Chinese typography has no italics: emphasis takes emphasis dots (_static/book.css)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{server}/{LANG}/chapters/05_flash_attention.html")
+    WebDriverWait(browser, MATH_TIMEOUT_S).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    styles = browser.execute_script("""
+        return [...document.querySelectorAll('.bd-article p em')].map(e => getComputedStyle(e).fontStyle);""")
+    assert styles, "no emphasis on the page to check"
+    assert set(styles) == {"normal"}, f"emphasis in the Chinese edition is set as {set(styles)}"
+
+
+def _search_terms() -> dict:
     import json
 
     text = (ZH / "searchindex.js").read_text(encoding="utf-8")
-    terms = json.loads(text[text.index("(") + 1:text.rindex(")")])["terms"]
+    return json.loads(text[text.index("(") + 1:text.rindex(")")])["terms"]
+
+
+def test_chinese_search_index_has_chinese_words():
+    """Sphinx cuts Chinese text into words with jieba when it is installed (requirements.txt)."""
+    terms = _search_terms()
     for word in ("缓存", "注意力", "量化"):
         assert word in terms, f"the Chinese search index has no entry {word!r}: is jieba installed?"
 
 
+def test_chinese_search_index_has_every_glossary_term():
+    """Each term of the glossary is indexed whole (tools/i18n.py's dictionary for jieba)."""
+    terms = _search_terms()
+    missing = [word for word in search_words() if word not in terms]
+    assert not missing, f"the Chinese search index lacks {missing}: did the build load its jieba dictionary?"
+
+
+# Sphinx indexes no word of one character (位, "bit"): a reader cannot search for those.
+SEARCHABLE = [zh for _en, zh in glossary() if re.search(r"[A-Za-z]{2}|[\u3400-\u9fff]{2}", zh)]
+
+
 @pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
-def test_chinese_search_finds_pages(browser, server):  # noqa: F811
+@pytest.mark.parametrize("term", SEARCHABLE)
+def test_chinese_search_finds_pages(browser, server, term):  # noqa: F811
+    """A reader who types a glossary term, as the notation page writes it, finds pages."""
+    from urllib.parse import quote
+
     from selenium.webdriver.support.ui import WebDriverWait
 
-    browser.get(f"{server}/{LANG}/search.html?q=%E7%BC%93%E5%AD%98")  # 缓存, "cache"
+    browser.get(f"{server}/{LANG}/search.html?q={quote(term)}")
     WebDriverWait(browser, MATH_TIMEOUT_S).until(
         lambda d: d.execute_script("return document.querySelectorAll('#search-results li').length") > 0,
-        message="searching the Chinese edition for 缓存 found no page")
+        message=f"searching the Chinese edition for {term!r} found no page")

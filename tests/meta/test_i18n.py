@@ -7,6 +7,7 @@ show that it catches each kind of mistake it claims to, on small catalogues made
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from babel.messages.catalog import Catalog
@@ -136,3 +137,68 @@ def test_a_titled_reference_keeps_its_target_and_translates_its_title():
     assert i18n.placeholders(english) == i18n.placeholders("术语见{ref}`符号页 <glossary>`。")
     assert i18n.placeholders(english) != i18n.placeholders("术语见{ref}`符号页 <notation>`。")
     assert i18n.placeholders(english) != i18n.placeholders("术语见{doc}`符号页 <glossary>`。")
+
+
+def test_chinese_search_indexes_each_glossary_term_whole(tmp_path):
+    """Sphinx's Chinese splitter, with the build's dictionary, keeps every term as one word.
+
+    The browser looks up what the reader types (预填充) as one word of the index; without the
+    dictionary jieba cuts it into 预 and 填充, and the one-character piece is dropped.
+    """
+    pytest.importorskip("jieba")
+    from sphinx.search.zh import SearchChinese
+
+    language = SearchChinese({"dict": str(i18n.write_search_dictionary(tmp_path / "dict.txt"))})
+    words = i18n.search_words()
+    assert {"预填充", "稀疏注意力", "上下文并行", "环形注意力", "闪电索引器"} <= set(words)
+    for _english, term in i18n.glossary():
+        indexed = {w for w in language.split(term) if language.word_filter(w)}
+        for part in term.split():
+            if i18n._CJK_RUN.fullmatch(part) and len(part) > 1:
+                assert part in indexed, f"search would not find {part!r}: it is cut into {sorted(indexed)}"
+
+
+def test_words_in_a_formula_translate_and_its_identifiers_stay():
+    english = r"The cache is $\text{bytes per token} \times \text{num_layers}$ and $0 \text{ or } 1$."
+    assert i18n.placeholders(english) == i18n.placeholders(r"缓存为 $\text{每 token 字节数} \times \text{num_layers}$，取 $0 \text{ 或 } 1$。")
+    assert i18n.placeholders(english) != i18n.placeholders(r"缓存为 $\text{每 token 字节数} \times \text{层数}$，取 $0 \text{ 或 } 1$。")
+    assert i18n.placeholders(english) != i18n.placeholders(r"缓存为 $\text{每 token 字节数} \times \text{num_layers}$，取 $0 \text{ 或 } 2$。")
+
+
+def test_a_link_title_left_in_english_is_caught(books):
+    english = "The results are in {ref}`Chapter 9's section on the real model <ch9-real-model>`."
+    assert books({english: "结果见{ref}`第 9 章讲真实模型的一节 <ch9-real-model>`。"}).problems == []
+    report = books({english: "结果见{ref}`Chapter 9's section on the real model <ch9-real-model>`。"})
+    assert [p.kind for p in report.problems] == ["untranslated"] and "link title" in report.problems[0].detail
+    # A short title is often a name that stays English in both editions.
+    assert books({"Read [Flash attention](a.md).": "读 [Flash attention](a.md)。"}).problems == []
+
+
+def test_code_toggles_read_in_chinese():
+    """MyST-NB fills a toggle's {type} in English ("source"); the Chinese edition translates it."""
+    import sys
+    from types import SimpleNamespace
+
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
+    from myst_nb.sphinx_ import HideCodeCellNode
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    import editions
+
+    env = SimpleNamespace(book_messages=editions.book_messages("zh_CN"))
+    document = new_document("page", get_default_settings(Parser))
+    show = env.book_messages["Show code cell {type}"]
+    for word in ("source", "outputs", "output", "content"):  # as MyST-NB's HideInputCells fills them
+        document += HideCodeCellNode(prompt_show=show.replace("{type}", word), prompt_hide="")
+    class Toggles(editions.ToggleWords):  # the transform without a Sphinx build around it
+        def __init__(self, document):
+            self.document = document
+
+        env = property(lambda self: SimpleNamespace(book_messages=messages))
+
+    messages = env.book_messages
+    Toggles(document).run()
+    shown = [node["prompt_show"] for node in document.findall(HideCodeCellNode)]
+    assert not any(re.search("[A-Za-z]", text) for text in shown), shown
