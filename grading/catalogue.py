@@ -8,8 +8,14 @@ mistakes people really make. A bug is the solution notebook with one change:
 - ``old``/``new``: one exact text substitution inside that exercise's cell(s),
   which must match exactly once.
 
-``pytest --prove`` runs every grader of the chapter against every bug and fails
-unless each bug is rejected by at least one test (and says which).
+``pytest --prove`` runs the graders against every bug and fails unless each bug is
+rejected by at least one test (and says which). In a chapter graded exercise by
+exercise, a bug whose change lies inside its own exercise's regions
+(:meth:`Bug.inside_its_regions`) runs against that exercise's tests only: the other
+exercises' tests reach its code only through a call that the graders answer with the
+reference, and their ``alone`` runs (the stubs with only that exercise solved) already
+prove that they pass whatever the other regions hold. Any other bug runs against every
+test of the chapter.
 """
 
 from __future__ import annotations
@@ -65,6 +71,22 @@ class Bug:
         if hits != 1:
             raise ValueError(f"bug {self.name}: expected to change exercise {self.exercise} once, changed it {hits} times")
         return nb
+
+    def inside_its_regions(self, nb: nbformat.NotebookNode, name: str = "notebook") -> bool:
+        """Whether this bug changes the solution notebook ``nb`` only inside the solution
+        regions of its own exercise: with those regions blanked out, the two notebooks
+        are the same. Such a bug reaches another exercise's tests only through a call
+        into this exercise, which the graders answer with the reference (grading.substitute).
+        A ``code`` bug replaces its exercise's regions and nothing else."""
+        if self.code is not None:
+            self.apply(nb, name)  # still raises on a bug that matches no region
+            return True
+
+        def blanked(notebook) -> list[str]:
+            return [replace_regions(cell_source(c), lambda region, _: [region.indent], only=self.exercise)
+                    if c.cell_type == "code" else cell_source(c) for c in notebook.cells]
+
+        return blanked(nb) == blanked(self.apply(nb, name))
 
 
 def _module(stem: str):

@@ -395,12 +395,25 @@ def pytest_generate_tests(metafunc):
     if not metafunc.config.getoption("prove"):
         return  # the fixture grades the --notebooks directory
     name = metafunc.function.__name__
-    bugs = [b for b in load_catalogue(stem) if b.tests is None or b.tests in name]
-    variants = [Variant("solution"), Variant("stub")] + [Variant("bug", b) for b in bugs]
     exercise = _exercise(metafunc.definition)
-    if exercise and substitute.chapter_table(stem) is not None:  # the independence check
+    alone = exercise is not None and substitute.chapter_table(stem) is not None  # the independence check
+    confined = _bugs_inside_their_regions(stem) if alone else frozenset()
+    bugs = [b for b in load_catalogue(stem) if (b.tests is None or b.tests in name)
+            and (b.exercise == exercise or b.name not in confined)]
+    variants = [Variant("solution"), Variant("stub")] + [Variant("bug", b) for b in bugs]
+    if alone:
         variants.append(Variant("alone", exercise=exercise))
     metafunc.parametrize("nb", variants, indirect=True, ids=[v.id for v in variants], scope="module")
+
+
+@functools.lru_cache(maxsize=None)
+def _bugs_inside_their_regions(stem: str) -> frozenset[str]:
+    """The chapter's catalogue bugs that change nothing outside their own exercise's
+    regions (grading.catalogue): under ``--prove`` each runs against its own exercise's
+    tests only, which is what keeps the proof of a chapter graded exercise by exercise
+    from starting a contestant for every bug and every exercise."""
+    solution = read_notebook(ROOT / "solutions" / f"{stem}.ipynb")
+    return frozenset(b.name for b in load_catalogue(stem) if b.inside_its_regions(solution, f"{stem}.ipynb"))
 
 
 @pytest.fixture(scope="module")

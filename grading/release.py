@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -213,13 +214,14 @@ def _stamp(stem: str) -> str:
                             SOLUTIONS / f"{stem}.ipynb", ROOT / "grading" / "replay.py", ROOT / "grading" / "wire.py"])
 
 
-def record(only: list[str] | None = None, force: bool = False) -> list[str]:
+def record(only: list[str] | None = None, force: bool = False, jobs: int | None = None) -> list[str]:
     """Run each chapter's graders on its solution with the references recorded, into
     ``EXPECTED/NN_topic.npz``; a chapter whose stamp is unchanged is kept. The chapters
     recorded, in order. Fails if a solution fails its graders (a record of a failing run
-    would be wrong)."""
+    would be wrong). Chapters are independent, so ``jobs`` of them (the CPU count unless
+    given) are recorded at once, each in a pytest of its own."""
     EXPECTED.mkdir(parents=True, exist_ok=True)
-    done = []
+    todo = []
     for chapter in discover_chapters(only):
         stamp, path = _stamp(chapter.stem), EXPECTED / f"{chapter.stem}.npz"
         stamp_file = path.with_suffix(".stamp")
@@ -227,6 +229,9 @@ def record(only: list[str] | None = None, force: bool = False) -> list[str]:
             continue
         path.unlink(missing_ok=True)
         stamp_file.unlink(missing_ok=True)
+        todo.append((chapter, stamp, path, stamp_file))
+
+    def one(chapter, stamp: str, path: Path, stamp_file: Path) -> str:
         start = time.monotonic()
         run = subprocess.run([sys.executable, "-m", "pytest", str(chapter.test_file.relative_to(ROOT)), "-q", "-n", "0",
                               "-p", "no:cacheprovider", "--record-expected", str(EXPECTED)], cwd=ROOT,
@@ -235,10 +240,15 @@ def record(only: list[str] | None = None, force: bool = False) -> list[str]:
             raise RuntimeError(f"recording {chapter.stem}: its solution must pass its graders\n"
                                + run.stdout[-4000:] + run.stderr[-2000:])
         stamp_file.write_text(stamp)
-        print(f"recorded {path.relative_to(ROOT)} ({path.stat().st_size / 2**10:.0f} KiB, "
-              f"{time.monotonic() - start:.0f} s)")
-        done.append(chapter.stem)
-    return done
+        return (f"recorded {path.relative_to(ROOT)} ({path.stat().st_size / 2**10:.0f} KiB, "
+                f"{time.monotonic() - start:.0f} s)")
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
+        for line in pool.map(lambda job: one(*job), todo):  # in order; the first failure raises
+            print(line, flush=True)
+    return [chapter.stem for chapter, *_ in todo]
 
 
 def reference_functions(folder: Path = REFERENCES) -> dict[str, str]:
