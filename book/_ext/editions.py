@@ -29,6 +29,8 @@ SOURCE = "en"
 EDITIONS = {"en": ("English", "en"), "zh_CN": ("中文", "zh-CN")}  # name in its own language, hreflang
 LOCALES = Path(__file__).resolve().parents[2] / "locales"
 SWITCH_LABEL = "Other editions of this page"
+TEMPLATES = str(Path(__file__).resolve().parent / "templates")
+SWITCH_TEMPLATE = "edition-switch.html"
 # Settings whose English words the pages show (the book's title; MyST-NB's code toggles).
 TRANSLATED_SETTINGS = ("html_title", "nb_code_prompt_show", "nb_code_prompt_hide")
 # The words MyST-NB puts for {type} in a toggle ("Show code cell source"), in English whatever
@@ -64,20 +66,29 @@ def edition_links(app, pagename: str) -> list[tuple[str, str, str]]:
 
 
 def add_switch(app, pagename, templatename, context, doctree):
+    """The links for ``templates/edition-switch.html``, which this extension puts first in
+    the theme's article header (sphinx-book-theme's ``article_header_end``), and their
+    ``<link rel="alternate">`` tags. Runs before the theme drops header templates that
+    render empty."""
     if doctree is None or "body" not in context:
         return None
-    anchors = "".join(
-        f'<a class="edition-link" href="{href}" hreflang="{hreflang}" lang="{hreflang}">{name}</a>'
-        for href, name, hreflang in edition_links(app, pagename)
-    )
+    links = edition_links(app, pagename)
+    context["edition_links"] = links
     # Read by screen readers, in the page's language.
-    label = app.env.book_messages.get(SWITCH_LABEL, SWITCH_LABEL)
-    context["body"] = f'<nav class="edition-switch" aria-label="{label}">{anchors}</nav>' + context["body"]
+    context["edition_switch_label"] = app.env.book_messages.get(SWITCH_LABEL, SWITCH_LABEL)
+    header = context.get("theme_article_header_end") or []
+    header = [t.strip() for t in header.split(",")] if isinstance(header, str) else list(header)
+    if SWITCH_TEMPLATE not in header:
+        context["theme_article_header_end"] = [SWITCH_TEMPLATE] + header
     context["metatags"] = context.get("metatags", "") + "".join(
-        f'\n<link rel="alternate" hreflang="{hreflang}" href="{href}" />'
-        for href, _name, hreflang in edition_links(app, pagename)
+        f'\n<link rel="alternate" hreflang="{hreflang}" href="{href}" />' for href, _name, hreflang in links
     )
     return None
+
+
+def add_templates(app, config):
+    if TEMPLATES not in config.templates_path:
+        config.templates_path.append(TEMPLATES)
 
 
 class TranslateTocTitles(SphinxTransform):
@@ -130,8 +141,9 @@ def translate_settings(app, config):
 
 def setup(app):
     app.connect("config-inited", translate_settings)
+    app.connect("config-inited", add_templates)
     app.connect("env-before-read-docs", load_messages)
-    app.connect("html-page-context", add_switch)
+    app.connect("html-page-context", add_switch, priority=100)  # before the theme's (500)
     app.add_transform(TranslateTocTitles)
     app.add_post_transform(ToggleWords)
     app.add_js_file("editions.js")
