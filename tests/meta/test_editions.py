@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from grading import release
-from grading.layout import EXERCISES, ROOT, cell_source
+from grading.layout import EXERCISES, ROOT, cell_source, discover_chapters
 
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 import book_edition  # noqa: E402  (book/_ext is no package: Sphinx loads it by path)
@@ -169,6 +169,22 @@ def test_release_config_builds_the_student_edition_and_changes_nothing_else():
     assert config["sphinx"]["config"].pop("book_edition") == "student"
     assert original["sphinx"]["config"].pop("book_edition") == "self_study"
     assert config == original
+
+
+def test_the_introduction_counts_and_lists_every_chapter():
+    """The count is the toc's ({chapters}`count`, in both languages), never a number
+    written down, and the list has one entry per numbered chapter, in order."""
+    toc_chapters = book_edition.numbered_chapters(ROOT / "_toc.yml")
+    assert toc_chapters == [f"chapters/{c.stem}" for c in discover_chapters()]
+    intro = (ROOT / "intro.md").read_text(encoding="utf-8")
+    assert "{chapters}`count`" in intro
+    words = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen"
+    # "a course of ten weeks", "the book has 10 chapters", "in ten chapters" (not "two chapters go ...")
+    stale = re.findall(rf"\b(?:of|has|in|all)\s+(?:{words}|\d+)\s+(?:chapters|weeks)\b", intro, re.I)
+    assert stale == [], f"a count written by hand in intro.md: {stale}; use {{chapters}}`count`"
+    section = intro.split("## The chapters", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^\d+\.\s+\[[^\]]+\]\(([^)]+)\.md\)", section, re.M)
+    assert listed == toc_chapters
 
 
 def _printed_commands(path: Path) -> list[tuple[str, str]]:
