@@ -164,10 +164,16 @@ def test_each_edition_builds_its_own_blocks_and_gettext_reads_both(tmp_path):
 
 
 def test_release_config_builds_the_student_edition_and_changes_nothing_else():
-    config = yaml.safe_load(release.release_config().read_text())
+    """Jupyter Book looks for local extensions beside the configuration it is given, so the
+    release's config (in _build/release-src/) names the same folders from there."""
+    path = release.release_config()
+    config = yaml.safe_load(path.read_text())
     original = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert config["sphinx"]["config"].pop("book_edition") == "student"
     assert original["sphinx"]["config"].pop("book_edition") == "self_study"
+    extensions = config["sphinx"].pop("local_extensions")
+    assert {name: (path.parent / folder).resolve() for name, folder in extensions.items()} == \
+        {name: (ROOT / folder).resolve() for name, folder in original["sphinx"].pop("local_extensions").items()}
     assert config == original
 
 
