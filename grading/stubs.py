@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 import sys
 from pathlib import Path
 
@@ -54,6 +55,20 @@ def expected_stubs(solutions: Path) -> dict[str, str]:
     return out
 
 
+# The grading command a notebook prints: `--notebooks exercises/` (the folder it grades).
+NOTEBOOKS_OPTION = re.compile(r"(--notebooks\s+)exercises/(?=[\s`]|$)", re.M)
+
+
+def grade_own_folder(nb: nbformat.NotebookNode, folder: str) -> nbformat.NotebookNode:
+    """``nb`` with the grading commands of its markdown cells pointed at ``folder``
+    (``exercises/zh_CN/``): a command copied from a translated notebook must grade that
+    notebook, not the English stub of the same name in ``exercises/``."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = NOTEBOOKS_OPTION.sub(lambda m: m.group(1) + folder, cell_source(cell))
+    return nb
+
+
 def translated_stubs(stubs: dict[str, str]) -> dict[str, str]:
     """``zh_CN/NN_topic.ipynb`` -> text, for each stub and translated edition."""
     from tools import i18n
@@ -63,7 +78,7 @@ def translated_stubs(stubs: dict[str, str]) -> dict[str, str]:
         for name, text in stubs.items():
             nb = nbformat.reads(text, as_version=NB_VERSION)
             translated = i18n.translate_notebook(nb, language, f"exercises/{Path(name).stem}")
-            out[f"{language}/{name}"] = render(translated)
+            out[f"{language}/{name}"] = render(grade_own_folder(translated, f"exercises/{language}/"))
     return out
 
 
