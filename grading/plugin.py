@@ -34,7 +34,7 @@ from grading.launcher import IN_PROCESS
 launcher.head_start()
 
 from grading.layout import EXERCISE_ID, ROOT, TESTS, all_markers, chapter_of_test_file, exercise_of_marker
-from grading import diagnosis, replay
+from grading import determinism, diagnosis, replay
 from grading.catalogue import Bug, load_catalogue
 from grading.outcome import ChapterPoints, classify, earned, summary
 from grading.compare import GradingFailure
@@ -111,13 +111,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped with the reason otherwise")
     for name in all_markers():
         config.addinivalue_line("markers", f"{name}: grades exercise {exercise_of_marker(name)}")
-    # Memory a notebook allocates and never writes (torch.empty) reads as NaN (floats) or the
-    # largest value (ints), never as whatever lay there: a kernel that leaves part of its
-    # output unwritten fails the same way on every run, and its outputs can be diagnosed.
-    import torch
-
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
+    # Memory a notebook allocates and never writes reads as NaN, the same on every run
+    # (grading.determinism, which says why not torch.use_deterministic_algorithms).
+    determinism.make_deterministic()
     config._grading = GradingState(config)
     # A process that will run graders (not xdist's controller, not a collect-only run) starts
     # its contestants' zygote now: its `import torch` overlaps the collection.
