@@ -132,3 +132,21 @@ def test_torch_is_made_deterministic_in_one_place():
     callers = [path.name for path in (ROOT / "grading").glob("*.py")
                if path.name != "determinism.py" and "use_deterministic_algorithms(" in path.read_text()]
     assert callers == [], f"call grading.determinism.make_deterministic() instead, in {callers}"
+
+
+def test_release_profile_waits_for_hypothesis_and_meets_it_first():
+    """The student edition's no-shrinking profile (grading.replay) imports hypothesis only
+    when a test does, and is in force before that test's own ``@settings`` are made."""
+    code = """
+import json, sys
+from grading import replay
+replay._no_shrinking()
+before = "hypothesis" in sys.modules
+from hypothesis import Phase, settings
+mine = settings(max_examples=3)
+print(json.dumps([before, settings.get_current_profile_name(), Phase.shrink in mine.phases, mine.database is None]))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, "grading-release", False, True]
