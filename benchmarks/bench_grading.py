@@ -28,6 +28,12 @@
   against ``tests/gradescope_results.schema.json`` and whose score equals the batch
   grader's for the same notebook.
 
+- ``grade.single_exercise_startup_s``: wall time of the command a student runs most, one
+  exercise of Chapter 1 (``python -m pytest tests/test_01_kv_memory.py -k ex1_1``), the
+  median of rounds after one that warms the caches: pytest's start, the judge's imports,
+  the contestants' zygote and its first contestant, and under a second of tests. The
+  note gives the part pytest itself counts (collection and tests).
+
 They run the real command in a subprocess, exactly as an instructor would, on
 copies of ``solutions/``; a run that does not give full marks is reported in the note,
 a run that stops (exit status not 0) fails the module instead of recording a time.
@@ -38,7 +44,9 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,14 +92,38 @@ def _grade(subs: Path, out: Path, workers: int, env: dict | None = None) -> tupl
     return seconds, problem, (len(rows) - len(bad)) / max(len(rows), 1)
 
 
+STARTUP_ROUNDS = 5
+STARTUP_COMMAND = ["-m", "pytest", "tests/test_01_kv_memory.py", "-k", "ex1_1", "-q", "-p", "no:cacheprovider"]
+
+
+def startup_record() -> Record:
+    """grade.single_exercise_startup_s: the median of STARTUP_ROUNDS runs of STARTUP_COMMAND."""
+    def once() -> tuple[float, float]:
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, *STARTUP_COMMAND], cwd=ROOT, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        counted = re.search(r" in ([0-9.]+)s", proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "")
+        if proc.returncode != 0 or counted is None:
+            raise RuntimeError(f"{' '.join(STARTUP_COMMAND)} exited with {proc.returncode}: {proc.stdout[-500:]}")
+        return seconds, float(counted.group(1))
+
+    once()  # a warm-up: bytecode cached, files in the page cache, as for every run but a student's first
+    rounds = [once() for _ in range(STARTUP_ROUNDS)]
+    return Record("grade.single_exercise_startup_s", statistics.median(r[0] for r in rounds), "s", "<= 5",
+                  note=f"{' '.join(STARTUP_COMMAND[1:6])}: median of {STARTUP_ROUNDS} rounds; pytest's own "
+                       f"count (collection and tests) {statistics.median(r[1] for r in rounds):.2f} s; "
+                       f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+
+
 def run() -> list[Record]:
     stems = [c.stem for c in discover_chapters()]
     chapters = len(stems)
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
+        startup = startup_record()
         one = _submissions(tmp, 1, stems)
         seconds, problem, passed = _grade(one, tmp / "out1", os.cpu_count() or 1)
-        records = [Record("grade.one_submission_seconds", seconds, "s", "<= 120",
+        records = [startup, Record("grade.one_submission_seconds", seconds, "s", "<= 120",
                           note=f"{chapters} chapters, {os.cpu_count()} workers" + (f"; {problem}" if problem else "")),
                    Record("grade.solutions_full_marks", passed, "fraction", "== 1.0",
                           note="graded rows of solutions/, submitted as a student's, that passed" +

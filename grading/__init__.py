@@ -20,6 +20,7 @@ its code, and answered by a *contestant*, the one process that does:
 - ``substitute``: each exercise graded alone: the other exercises' names swapped for references, and
                   what a contestant is sent of them (``reference_package``).
 - ``pins``:      the grader's own pinned requirements (``requirements-grader.txt``) and their sections.
+- ``determinism``: torch deterministic, the same in the judge and the zygote, without importing its compiler.
 - ``plugin``:    the pytest plugin (``--notebooks``, ``--prove``, points, summary); it decides each outcome.
 
 The judge and the contestant:

@@ -64,7 +64,9 @@ class Launcher:
         self.env = dict(env or {})
         self.proc: subprocess.Popen | None = None
         self.control: socket.socket | None = None
-        self.lock = threading.Lock()
+        # Reentrant: _start closes the zygote before it, under the lock already; close takes
+        # it too, so that a close never runs halfway through a start made in a thread.
+        self.lock = threading.RLock()
         self.log = bytearray()
         self.log_bytes = 0
         self.work: tempfile.TemporaryDirectory | None = None
@@ -124,12 +126,28 @@ class Launcher:
             raise ConnectionError("the zygote closed its control socket")
         return json.loads(data)
 
-    def prestart(self):
+    def prestart(self, background: bool = False):
         """Start the zygote now, so that its ``import torch`` overlaps what this process does
-        meanwhile (pytest collecting the graders); the first contestant then waits less."""
+        meanwhile (pytest collecting the graders); the first contestant then waits less.
+        ``background``: in a thread, which returns at once. Starting is mostly waiting (the
+        sandbox's probe is a Python started in bwrap, then the zygote's own start), and this
+        process meanwhile does its own imports; :meth:`spawn` and :meth:`close` wait for it."""
+        if background:
+            threading.Thread(target=self._prestart_and_stay, name="zygote-head-start", daemon=True).start()
+            return
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
                 self._start()
+
+    def _prestart_and_stay(self):
+        try:
+            self.prestart()
+        except Exception:  # noqa: BLE001 - the first spawn starts it again and says why it cannot
+            pass
+        # The sandbox dies with its parent (bwrap's --die-with-parent, a PR_SET_PDEATHSIG),
+        # and to the kernel that parent is the thread that started it, not this process:
+        # the thread stays, idle, as long as the process does.
+        threading.Event().wait()
 
     def spawn(self) -> tuple[socket.socket, int]:
         """A new contestant: the judge's end of its socket, and its pid in the sandbox."""
@@ -162,21 +180,22 @@ class Launcher:
                 return None
 
     def close(self):
-        if self.proc is not None:
-            from grading.runner import kill_group
+        with self.lock:
+            if self.proc is not None:
+                from grading.runner import kill_group
 
-            kill_group(self.proc.pid)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            self.proc = None
-        if self.control is not None:
-            self.control.close()
-            self.control = None
-        if self.work is not None:
-            self.work.cleanup()
-            self.work = None
+                kill_group(self.proc.pid)
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+                self.proc = None
+            if self.control is not None:
+                self.control.close()
+                self.control = None
+            if self.work is not None:
+                self.work.cleanup()
+                self.work = None
 
 
 def default_uid() -> int | None:
@@ -221,7 +240,8 @@ def head_start() -> None:
     controller of workers (``-n``), a collect-only run and the in-process baseline start
     none; ``grading.child`` configures its limits first and starts its zygote when it is
     first needed. Called by the grading plugin before it imports torch, so that the two
-    imports overlap; wrong guesses cost a process that :func:`configure` closes."""
+    imports overlap; wrong guesses cost a process that :func:`configure` closes. The start
+    itself runs in a thread (:meth:`Launcher.prestart`): the plugin goes on importing meanwhile."""
     if os.environ.get(IN_PROCESS) == "1":
         return
     if not os.environ.get("PYTEST_XDIST_WORKER"):
@@ -233,4 +253,4 @@ def head_start() -> None:
                          a.startswith(("-n", "--numprocesses=")) for a in argv)
         if not is_pytest or controller:
             return
-    launcher().prestart()
+    launcher().prestart(background=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 import traceback
 from collections import defaultdict
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from grading.launcher import IN_PROCESS
 launcher.head_start()
 
 from grading.layout import EXERCISE_ID, ROOT, TESTS, all_markers, chapter_of_test_file, exercise_of_marker
-from grading import diagnosis, replay
+from grading import determinism, diagnosis, replay
 from grading.catalogue import Bug, load_catalogue
 from grading.outcome import ChapterPoints, classify, earned, summary
 from grading.compare import GradingFailure
@@ -111,13 +112,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped with the reason otherwise")
     for name in all_markers():
         config.addinivalue_line("markers", f"{name}: grades exercise {exercise_of_marker(name)}")
-    # Memory a notebook allocates and never writes (torch.empty) reads as NaN (floats) or the
-    # largest value (ints), never as whatever lay there: a kernel that leaves part of its
-    # output unwritten fails the same way on every run, and its outputs can be diagnosed.
-    import torch
-
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
+    # Memory a notebook allocates and never writes reads as NaN, the same on every run
+    # (grading.determinism, which says why not torch.use_deterministic_algorithms).
+    determinism.make_deterministic()
     config._grading = GradingState(config)
     # A process that will run graders (not xdist's controller, not a collect-only run) starts
     # its contestants' zygote now: its `import torch` overlaps the collection.
@@ -384,6 +381,30 @@ class GradingState:
             broken = any(p["false_diagnoses"] or p["stale"] for p in proof.values())
             if (self.escaped_bugs() or broken) and session.exitstatus == 0:
                 session.exitstatus = 1
+
+
+HYPOTHESIS_PLUGIN = "hypothesispytest"  # hypothesis's pytest plugin, as its entry point names it
+HYPOTHESIS_REPORT_KEYS = ("_hypothesis_stats", "_hypothesis_failing_examples")  # what its reports carry
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    """hypothesis's plugin imports hypothesis (1.5 s) for the terminal summary of every run,
+    to list the observation files its tests wrote. A run where no test imported hypothesis
+    (and no xdist worker reported one's statistics or failing example) has nothing there
+    for it to say: the plugin is let go before the summary, and the run ends 1.5 s sooner."""
+    manager = session.config.pluginmanager
+    plugin = manager.get_plugin(HYPOTHESIS_PLUGIN)
+    if plugin is None or "hypothesis" in sys.modules:
+        return
+    statistics = getattr(plugin, "PRINT_STATISTICS_OPTION", "--hypothesis-show-statistics")
+    if session.config.getoption(statistics, None):
+        return
+    reporter = manager.get_plugin("terminalreporter")
+    reports = [r for rs in getattr(reporter, "stats", {}).values() for r in rs]
+    if any(key in getattr(r, "__dict__", {}) for r in reports for key in HYPOTHESIS_REPORT_KEYS):
+        return
+    manager.unregister(plugin)
 
 
 def pytest_generate_tests(metafunc):

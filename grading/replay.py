@@ -35,6 +35,7 @@ import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import json
 import math
 import sys
@@ -564,13 +565,46 @@ def _no_shrinking() -> None:
     examples are the same on every run up to the first that fails, but the examples it
     tries while shrinking that failure were never recorded. In the release it reports the
     first failing example as it is (Chapter 2's tests already do, everywhere). Loaded
-    before the test files are imported, so their own ``@settings`` inherit it."""
+    before the test files are imported, so their own ``@settings`` inherit it: now if
+    hypothesis is imported already, else the moment it is (:class:`_AfterHypothesis`),
+    since most runs (one exercise, one chapter) never import it, and that costs 0.5 s."""
+    if "hypothesis" in sys.modules:
+        _load_release_profile()
+    elif not any(isinstance(f, _AfterHypothesis) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterHypothesis())
+
+
+def _load_release_profile() -> None:
     try:
         from hypothesis import Phase, settings
     except ImportError:
         return
     settings.register_profile("grading-release", phases=[Phase.explicit, Phase.generate], database=None)
     settings.load_profile("grading-release")
+
+
+class _AfterHypothesis(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``hypothesis`` as the finders after it would, and loads it with the release's
+    profile loaded right after, before the module that imported it goes on."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "hypothesis":
+            return None
+        sys.meta_path.remove(self)  # once, and never finding itself
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        self.loader = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = module.__spec__.loader = self.loader  # the module's own loader, as if never here
+        self.loader.exec_module(module)
+        _load_release_profile()
 
 
 _INSTALLED: list[Path] = []

@@ -39,6 +39,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,23 @@ class Status:
     line: str
 
 
+def _once(function):
+    """``functools.lru_cache(maxsize=1)`` for a function of no arguments, whose first call
+    runs once even when two threads make it at once: a judge probes the sandbox and leases
+    its uid in a thread while its main thread imports torch (grading.launcher.head_start),
+    and a second probe would cost its time again, a second lease a second uid."""
+    cached = functools.lru_cache(maxsize=1)(function)
+    lock = threading.Lock()
+
+    @functools.wraps(function)
+    def once():
+        with lock:
+            return cached()
+
+    once.cache_clear = cached.cache_clear
+    return once
+
+
 def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
@@ -74,7 +92,7 @@ def _as_root() -> bool:
     return os.geteuid() == 0
 
 
-@functools.lru_cache(maxsize=1)
+@_once
 def status() -> Status:
     """Probe once per process: does ``bwrap`` exist here, may it make namespaces, and does
     what runs inside really get its own PID namespace (and, for a root-run batch, an
@@ -171,7 +189,7 @@ def child_uid():
         lease.release()
 
 
-@functools.lru_cache(maxsize=1)
+@_once
 def _process_lease() -> UidLease:
     return UidLease()  # kept by the cache, so the lease is held as long as this process lives
 
