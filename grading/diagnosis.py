@@ -196,10 +196,6 @@ def record_alternatives(alternatives) -> None:
             alternative.value()
 
 
-def _as_index(seq) -> list[int]:
-    return [int(i) for i in seq]
-
-
 def group_modulo_order(H: int, H_kv: int) -> list[int]:
     """The order of the query heads under which the statement's grouping (query head
     ``h'`` reads KV head ``h' // G``) reads what ``h % H_kv`` reads: position
