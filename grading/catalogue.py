@@ -45,6 +45,9 @@ class Bug:
     # and where the book teaches it (found in the chapter unless set).
     hint: str | None = None
     section: str | None = None
+    # The kind of mistake this is, where a check recognises the kind without this entry
+    # (a key of grading.diagnosis.KINDS): --prove then checks that a check recognises it.
+    kind: str | None = None
 
     def apply(self, nb: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
         """A copy of the solution notebook ``nb`` with this bug in it."""

@@ -18,12 +18,15 @@ class GradingFailure(AssertionError):
     """A wrong answer. Its message is shown to the student as it is.
 
     ``observed`` is what the student's code produced at the check that failed, in the
-    compact form :mod:`grading.diagnose` compares with the catalogue's known mistakes
-    (``None`` where the message itself is the observation)."""
+    compact form :mod:`grading.diagnosis` compares with the catalogue's known mistakes
+    (``None`` where the message itself is the observation). ``finding`` is the kind of
+    mistake the check recognised in the wrong value (a key of ``grading.diagnosis.KINDS``),
+    or ``None``."""
 
-    def __init__(self, message: str = "", observed: dict | None = None):
+    def __init__(self, message: str = "", observed: dict | None = None, finding: str | None = None):
         super().__init__(message)
         self.observed = observed
+        self.finding = finding
 
 
 OBSERVED_SAMPLES = 16  # values of a wrong tensor kept for diagnosis, at fixed positions
@@ -238,11 +241,41 @@ def assert_close(
     rtol: float = 0.0,
     dtype: torch.dtype | None = None,
     what: str = "the result",
+    alternatives=(),
 ) -> None:
     """``|got - expected| <= atol + rtol * |expected|`` elementwise, in fp64.
 
     Checks type, device, shape and (if given) dtype first, because those are the
-    mistakes that otherwise surface as a confusing broadcast or a NaN."""
+    mistakes that otherwise surface as a confusing broadcast or a NaN. ``alternatives``
+    (``grading.diagnosis.Alternative``) are the expected values under wrong readings of
+    the statement: a wrong value within the same tolerance of one is recognised as that
+    kind of mistake."""
+    try:
+        _assert_close(got, expected, call, atol=atol, rtol=rtol, dtype=dtype, what=what)
+    except GradingFailure as exc:
+        if alternatives and exc.observed is not None:  # a wrong value, not a wrong type, shape or dtype
+            from grading.diagnosis import recognise
+
+            exc.finding = recognise(got, alternatives, lambda g, e: _within(g, e, atol, rtol))
+        raise
+    if alternatives:
+        from grading.diagnosis import record_alternatives
+
+        record_alternatives(alternatives)
+
+
+def _within(got: torch.Tensor, expected: Any, atol: float, rtol: float) -> bool:
+    """Whether ``got`` passes the check :func:`assert_close` makes against ``expected``."""
+    if not isinstance(expected, torch.Tensor) or tuple(got.shape) != tuple(expected.shape):
+        return False
+    g, e = got.detach().to("cpu", torch.float64), expected.detach().to("cpu", torch.float64)
+    err = (g - e).abs()
+    same = (torch.isnan(g) & torch.isnan(e)) | (torch.isinf(e) & (g == e))
+    return bool(((err <= atol + rtol * e.abs()) | same).all())
+
+
+def _assert_close(got: Any, expected: Any, call: str, *, atol: float, rtol: float, dtype: torch.dtype | None,
+                  what: str) -> None:
     got_t = _as_tensor(got, call, what)
     exp_t = _as_tensor(expected, call, what)
     if got_t.device.type != "cpu" and exp_t.device.type == "cpu":

@@ -20,6 +20,17 @@ every failing case. Two bugs that fail the same way are indistinguishable by the
 and yield no diagnosis (``--prove`` lists them, so that a probe can be added). The
 comparison runs in the grading process on stored numbers: no bug's code runs while a
 student is graded.
+
+3. A *kind* of mistake is recognised without a catalogue entry per bug (:data:`KINDS`): a
+   check that fails asks whether the wrong output equals what the exercise's reference
+   gives under one wrong reading of the statement (:class:`Alternative`; the query heads
+   grouped as ``h % H_kv``, :func:`heads_grouped_modulo`). The alternative is the
+   reference the check already uses, called on inputs the grader builds, so the student
+   edition answers it from the recorded expected values like any other call (recording
+   computes every alternative, failing or not: :func:`record_alternatives`). Where no
+   catalogue bug matches, a kind found on the failing cases is named instead. ``--prove``
+   checks both ways: every bug that declares a kind (``Bug(kind=...)``) is recognised as
+   it, and no other bug of the chapter is recognised as any kind.
 """
 
 from __future__ import annotations
@@ -30,8 +41,9 @@ import math
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 from grading.layout import CHAPTERS, DIAGNOSIS, ROOT, cell_source, discover_chapters
 from grading.regions import exercises_in
@@ -71,7 +83,9 @@ def observe(exc: BaseException) -> dict | None:
     if isinstance(getattr(type(exc), "status", None), str):  # a crash or a timeout of the contestant
         return None
     if isinstance(exc, GradingFailure):
-        return exc.observed or {"kind": "message", "text": _text(exc)}
+        observed = exc.observed or {"kind": "message", "text": _text(exc)}
+        kind = getattr(exc, "finding", None)  # the kind of mistake the check recognised (KINDS)
+        return {**observed, "finding": kind} if kind else observed
     if isinstance(exc, AssertionError):
         return {"kind": "message", "text": _text(exc)}
     return {"kind": "raised", "type": type(exc).__name__, "text": _text(exc)}
@@ -120,6 +134,115 @@ def same(student: dict, bug: dict) -> bool:
     return student == bug
 
 
+# -- kinds of mistake, recognised by what they compute ----------------------------------
+# What a student reads when a check recognises the kind (after the exercise's label).
+KINDS = {
+    "heads_grouped_modulo": (
+        "Your query heads are grouped as h % H_kv: your result equals the expected one computed with "
+        "query head h reading KV head h % H_kv, which is what `repeat` gives (or a reshape of the H heads "
+        "as (G, H_kv)). Query head h reads KV head h // G: the G = H // H_kv consecutive query heads "
+        "h = j*G .. j*G + G - 1 share KV head j, as `repeat_interleave` (or a reshape as (H_kv, G)) gives."),
+}
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """What a check's expected value would be under one wrong reading of the statement,
+    computed when the check fails (and when the release records its expected values):
+    the mistake of kind ``kind`` is recognised when the wrong output equals it."""
+    kind: str  # a key of KINDS
+    compute: Callable[[], Any] = field(compare=False)
+    key: Any = None  # the inputs' identity, to compute each alternative once per run
+
+    def value(self):
+        if self.key is None:
+            return self.compute()
+        if self.key not in _ALTERNATIVES:
+            _ALTERNATIVES[self.key] = self.compute()
+        return _ALTERNATIVES[self.key]
+
+
+_ALTERNATIVES: dict = {}  # the proof fails one case with many bugs: each alternative once
+
+
+def recognise(got, alternatives, agrees: Callable[[Any, Any], bool]) -> str | None:
+    """The kind of the first alternative that ``got`` agrees with (the check's own
+    comparison), or ``None``. An alternative that cannot be computed (the release holds
+    no value for it; a reference that rejects the rearranged input) says nothing."""
+    for alternative in alternatives:
+        if alternative is None:
+            continue
+        try:
+            expected = alternative.value()
+            if agrees(got, expected):
+                return alternative.kind
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # noqa: BLE001 - NotRecorded, pytest's skip of a replayed call
+            continue
+    return None
+
+
+def record_alternatives(alternatives) -> None:
+    """Under ``--record-expected`` (``make release``): compute every alternative now, on the
+    solution, which fails no check, so that the release holds the reference's value for
+    each and recognises the same kinds of mistake from expected values alone."""
+    from grading import replay
+
+    if replay.recorder() is None:
+        return
+    for alternative in alternatives:
+        if alternative is not None:
+            alternative.value()
+
+
+def group_modulo_order(H: int, H_kv: int) -> list[int]:
+    """The order of the query heads under which the statement's grouping (query head
+    ``h'`` reads KV head ``h' // G``) reads what ``h % H_kv`` reads: position
+    ``j*G + i`` holds head ``i*H_kv + j``, whose ``h % H_kv`` is ``j``."""
+    G = H // H_kv
+    return [i * H_kv + j for j in range(H_kv) for i in range(G)]
+
+
+def heads_grouped_modulo(reference: Callable, args: tuple, H: int, H_kv: int, heads: dict[int, int],
+                         out_axis: int | None, key: Any = None) -> Alternative | None:
+    """The alternative "query head h reads KV head h % H_kv" of a GQA exercise:
+    ``reference(*args)`` with the query heads of each argument ``args[i]`` (its axis
+    ``heads[i]``: q, and anything else given per query head) reordered by
+    :func:`group_modulo_order`. An output per query head (on ``out_axis``) is put back in
+    the heads' order; an output per KV head (``out_axis=None``, a group's joint choice)
+    is already each group's under ``h % H_kv``. ``None`` where the two groupings are one
+    (one KV head, or one query head per KV head)."""
+    if H_kv <= 1 or H_kv >= H or H % H_kv:
+        return None
+
+    def compute():
+        import torch
+
+        order = torch.tensor(group_modulo_order(H, H_kv))
+        moved = list(args)
+        for i, axis in heads.items():
+            moved[i] = args[i].index_select(axis, order)
+        out = reference(*moved)
+        return out if out_axis is None else out.index_select(out_axis, torch.argsort(order))
+
+    return Alternative("heads_grouped_modulo", compute, None if key is None else ("heads_grouped_modulo", key))
+
+
+def recognised(table: dict, exercise: str, failed: dict[str, dict | None]) -> Diagnosis | None:
+    """The kind of mistake the failing checks of ``exercise`` recognised, when they
+    recognised one kind and no other; sent to the section the table gives the exercise."""
+    kinds = {obs.get("finding") for obs in failed.values() if isinstance(obs, dict)} - {None}
+    if len(kinds) != 1:
+        return None
+    kind = kinds.pop()
+    if kind not in KINDS:
+        return None
+    sections = [bug["section"] for bug in table.values() if bug.get("exercise") == exercise and bug.get("section")]
+    section = max(sorted(set(sections)), key=sections.count) if sections else ""
+    return Diagnosis(exercise, f"kind:{kind}", KINDS[kind], section, known=False)
+
+
 # -- the stored table -----------------------------------------------------------------
 def table_path(stem: str) -> Path:
     return DIAGNOSIS / f"{stem}.json"
@@ -144,12 +267,15 @@ def write_table(stem: str, bugs: dict) -> Path:
 @dataclass(frozen=True)
 class Diagnosis:
     exercise: str
-    bug: str
+    bug: str  # the catalogue bug, or "kind:<name>" for a kind of mistake (KINDS)
     hint: str
     section: str
+    known: bool = True  # a catalogue bug (its hint completes a sentence); else a kind's own sentences
 
     def message(self) -> str:
         where = f" See {self.section}." if self.section else ""
+        if not self.known:
+            return f"{self.hint.rstrip('.')}.{where}"
         return f"This looks like a known mistake: {self.hint.rstrip('.')}.{where}"
 
     def as_dict(self) -> dict:
@@ -198,7 +324,7 @@ def diagnose_all(stem: str, runs: dict[str, dict[str, dict | None]], table: dict
     for exercise, cases in sorted(runs.items()):
         failed = {c: o for c, o in cases.items() if o != "passed"}
         passed = {c for c, o in cases.items() if o == "passed"}
-        found = diagnose(table, exercise, failed, passed)
+        found = diagnose(table, exercise, failed, passed) or recognised(table, exercise, failed)
         if found is not None:
             out.append(found)
     return out
@@ -286,7 +412,7 @@ def build(stem: str, catalogue, runs: dict[str, dict[str, dict | str | None]], e
     for bug in catalogue:
         own = {c: o for c, o in runs.get(bug.name, {}).items() if exercise_of.get(c) == bug.exercise}
         if bug.name not in runs and not write:
-            bugs[bug.name] = {"exercise": bug.exercise, "ran": False, "tested": [], "failed": {}}
+            bugs[bug.name] = {"exercise": bug.exercise, "ran": False, "tested": [], "failed": {}, "kind": bug.kind}
             continue
         bugs[bug.name] = {
             "exercise": bug.exercise,
@@ -295,6 +421,8 @@ def build(stem: str, catalogue, runs: dict[str, dict[str, dict | str | None]], e
             "tested": sorted(own),
             "failed": {c: o for c, o in sorted(own.items()) if o != "passed"},
         }
+        if bug.kind:  # only then: the tables of chapters without kinds stay as they were
+            bugs[bug.name]["kind"] = bug.kind
     return bugs
 
 
@@ -315,11 +443,21 @@ def _first_difference(stored: dict, fresh: dict) -> str:
 def proof(table: dict, fresh: dict) -> dict:
     """How the stored ``table`` diagnoses each bug as this run saw it (``fresh``, the same
     layout): a bug is *recalled* when its fresh outputs are diagnosed as itself, and a
-    *false diagnosis* names another bug. The rest say why not."""
-    recalled, false, missed = [], [], {}
+    *false diagnosis* names another bug, or a kind of mistake (:data:`KINDS`) that the bug
+    does not declare; a bug that declares a kind no failing check recognised is
+    *unrecognised*. The rest say why not."""
+    recalled, false, missed, kinds, unrecognised = [], [], {}, [], []
     fresh = {name: bug for name, bug in fresh.items() if bug.get("ran", True)}  # -k may leave bugs out
     for name, bug in sorted(fresh.items()):
         failed = bug["failed"]
+        found_kinds = {obs.get("finding") for obs in failed.values() if isinstance(obs, dict)} - {None}
+        declared = bug.get("kind")
+        for kind in sorted(found_kinds - {declared}):
+            false.append(f"{name} recognised as the kind {kind}, a mistake it does not make")
+        if declared and declared in found_kinds:
+            kinds.append(name)
+        elif declared and failed:  # (one that fails nothing is missed, below, and escapes the proof)
+            unrecognised.append(f"{name} declares the kind {declared}, and no failing check recognised it")
         passed = set(bug["tested"]) - set(failed)
         found = matches(table, bug["exercise"], failed, passed)
         if found == [name]:
@@ -336,7 +474,7 @@ def proof(table: dict, fresh: dict) -> dict:
             missed[name] = f"its outputs differ from the stored table: {_first_difference(table[name], bug)}"
     total = len(fresh)
     return {"bugs": total, "recalled": len(recalled), "recall": len(recalled) / total if total else 1.0,
-            "false_diagnoses": false, "missed": missed}
+            "false_diagnoses": false, "missed": missed, "kinds_recognised": kinds, "unrecognised": unrecognised}
 
 
 def main(argv: list[str] | None = None) -> int:

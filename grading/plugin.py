@@ -362,6 +362,10 @@ class GradingState:
                 tr.write_line(f"  not diagnosed  {name}: {why}")
             for line in p["false_diagnoses"]:
                 tr.write_line(f"  FALSE DIAGNOSIS  {line}")
+            if p.get("kinds_recognised"):
+                tr.write_line(f"  recognised by kind: {', '.join(p['kinds_recognised'])}")
+            for line in p.get("unrecognised", []):
+                tr.write_line(f"  UNRECOGNISED  {line}")
             if p["stale"]:
                 tr.write_line(f"  STALE TABLE  {diagnosis.table_path(stem).name} and the catalogue differ on: "
                               f"{', '.join(p['stale'])}; run python -m grading.diagnosis --write {stem}")
@@ -378,7 +382,7 @@ class GradingState:
             replay.recorder().write(Path(folder), self.recorded_tests)
         if self.config.getoption("prove") and not hasattr(self.config, "workerinput"):
             proof = self.proof_of_diagnosis()
-            broken = any(p["false_diagnoses"] or p["stale"] for p in proof.values())
+            broken = any(p["false_diagnoses"] or p["stale"] or p.get("unrecognised") for p in proof.values())
             if (self.escaped_bugs() or broken) and session.exitstatus == 0:
                 session.exitstatus = 1
 

@@ -133,9 +133,9 @@ def unpack(result, call):
     return result
 
 
-def check_pair(result, expected, call, dtype):
+def check_pair(result, expected, call, dtype, output="the output o"):
     o, state = unpack(result, call)
-    check(o, expected[0], call, dtype, "the output o")
+    check(o, expected[0], call, dtype, output)
     check(state, expected[1], call, dtype, "the final state (S^T, (B, H, d_k, d_v))")
 
 
@@ -383,7 +383,7 @@ def test_layer_prefill_matches_reference(nb, gates):
     call = call_text("GatedDeltaNet(d_model=24, num_heads=3, head_dim_k=8, head_dim_v=6, chunk_size=16).forward", x, state)
     with torch.no_grad():
         result = layer(x, state)
-    check_pair(result, (y_ref, s_ref), call, torch.float64)
+    check_pair(result, (y_ref, s_ref), call, torch.float64, "the layer's output y (B, T, d_model)")
 
 
 @pytest.mark.ex6_6
@@ -417,8 +417,10 @@ def test_layer_keeps_no_state_between_calls(nb):
         second = unpack(layer(x[:1, :20]), "GatedDeltaNet.forward(x[:1, :20]) again")
         y_step, s_step = unpack(layer.step(x[:1, 0]), "GatedDeltaNet.step(x[:1, 0]) with no state")
     for result, when in [(first, "after another call"), (second, "called a second time")]:
-        check_pair(result, (y_ref, s_ref), f"GatedDeltaNet.forward(x[:1, :20]) {when}", torch.float64)
-    check(y_step, y_ref[:, 0], "GatedDeltaNet.step(x[:1, 0]) with state=None", torch.float64, "the output")
+        check_pair(result, (y_ref, s_ref), f"GatedDeltaNet.forward(x[:1, :20]) {when}", torch.float64,
+                   "the layer's output y (B, T, d_model)")
+    check(y_step, y_ref[:, 0], "GatedDeltaNet.step(x[:1, 0]) with state=None", torch.float64,
+          "the layer's output y_t (B, d_model)")
 
 
 @pytest.mark.ex6_6

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from grading.compare import GradingFailure, assert_close, assert_equal, assert_raises, call_text
+from grading.diagnosis import heads_grouped_modulo, recognise, record_alternatives
 from tests.references import ref_11_sparse_attention as ref
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
@@ -29,12 +30,14 @@ def randn(*shape, dtype=torch.float64, seed=0, scale=1.0):
     return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
 
 
-def check_index(got, expected, call, what="the indices", rows=("batch", "KV head"), unit="positions"):
+def check_index(got, expected, call, what="the indices", rows=("batch", "KV head"), unit="positions", alternatives=()):
     """got must be an int64 tensor (bool for a gate) equal to expected, element by element.
 
     A wrong row is reported as a selection, in the row's own terms (``rows`` names its
     leading dimensions, ``unit`` what the last one counts): which were kept that should
-    have been dropped, and which were dropped that should have been kept."""
+    have been dropped, and which were dropped that should have been kept. A wrong
+    selection equal to one of ``alternatives`` (grading.diagnosis) is recognised as
+    that kind of mistake."""
     if not isinstance(got, torch.Tensor):
         raise GradingFailure(f"{call} returned {type(got).__name__}; expected an int64 tensor")
     if tuple(got.shape) != tuple(expected.shape):
@@ -48,7 +51,20 @@ def check_index(got, expected, call, what="the indices", rows=("batch", "KV head
         where = ", ".join(f"{name} {i}" for name, i in zip(rows, row))
         raise GradingFailure(f"{call}: {what} are wrong at {int(bad.sum())} of {bad.numel()} places; first in "
                              f"{where}{selection_difference(got[row], expected[row], unit)}\n"
-                             f"  expected: {expected[row].tolist()}\n  got:      {got[row].tolist()}")
+                             f"  expected: {expected[row].tolist()}\n  got:      {got[row].tolist()}",
+                             finding=recognise(got, alternatives, same_selection))
+    record_alternatives(alternatives)
+
+
+def same_selection(got, expected):
+    return isinstance(expected, torch.Tensor) and got.dtype == expected.dtype and torch.equal(got, expected)
+
+
+def grouped_modulo(reference, args, H, H_kv, heads, out_axis, key):
+    """The alternative "query head h reads KV head h % H_kv" (the grouping `repeat` gives)
+    of a check under GQA: ``heads`` maps each argument given per query head to its head
+    axis; ``out_axis`` is the result's query-head axis (None: one result per KV head)."""
+    return [heads_grouped_modulo(reference, args, H, H_kv, heads, out_axis, key=key)]
 
 
 def selection_difference(got_row, expected_row, unit):
@@ -160,7 +176,9 @@ def test_h2o_scores(nb, name, B, H, H_kv, N, d, block, scale, dtype_name):
     expected = ref.h2o_scores(q, k, lse)
     call = call_text("h2o_scores", q, k, lse, block_size=block)
     got = nb.h2o_scores(q, k, lse, block_size=block)
-    assert_close(got, expected, call, atol=ATOL[dtype] * 4, rtol=RTOL[dtype] * 4, dtype=dtype)
+    assert_close(got, expected, call, atol=ATOL[dtype] * 4, rtol=RTOL[dtype] * 4, dtype=dtype,
+                 alternatives=grouped_modulo(ref.h2o_scores, (q, k, lse), H, H_kv, {0: 1, 2: 1}, 1,
+                                             ("h2o", name, dtype_name)))
 
 
 @pytest.mark.ex11_2
@@ -225,7 +243,9 @@ def test_snapkv_select(nb, name, B, H, H_kv, N, w, d, budget, kernel, scale, dty
     q_obs, k = snap_inputs(B, H, H_kv, N, w, d, scale, seed=N + w)
     q_obs, k = q_obs.to(dtype), k.to(dtype)
     call = call_text("snapkv_select", q_obs, k, budget, kernel_size=kernel)
-    check_index(nb.snapkv_select(q_obs, k, budget, kernel_size=kernel), ref.snapkv_select(q_obs, k, budget, kernel), call)
+    check_index(nb.snapkv_select(q_obs, k, budget, kernel_size=kernel), ref.snapkv_select(q_obs, k, budget, kernel), call,
+                alternatives=grouped_modulo(ref.snapkv_select, (q_obs, k, budget, kernel), H, H_kv, {0: 1}, None,
+                                            ("snapkv", name, dtype_name)))
 
 
 # Plain random queries, as a real prompt gives: no query points at one key, so the votes
@@ -254,7 +274,9 @@ def test_snapkv_select_random_queries(nb, name, B, H, H_kv, N, w, d, budget, ker
     q_obs = randn(B, H, w, d, dtype=dtype, seed=seed, scale=scale)
     k = randn(B, H_kv, N, d, dtype=dtype, seed=seed + 1)
     call = call_text("snapkv_select", q_obs, k, budget, kernel_size=kernel) + " (random queries)"
-    check_index(nb.snapkv_select(q_obs, k, budget, kernel_size=kernel), ref.snapkv_select(q_obs, k, budget, kernel), call)
+    check_index(nb.snapkv_select(q_obs, k, budget, kernel_size=kernel), ref.snapkv_select(q_obs, k, budget, kernel), call,
+                alternatives=grouped_modulo(ref.snapkv_select, (q_obs, k, budget, kernel), H, H_kv, {0: 1}, None,
+                                            ("snapkv-random", name, dtype_name)))
 
 
 @pytest.mark.ex11_3
@@ -265,6 +287,24 @@ def test_snapkv_select_breaks_ties_by_position(nb):
     q_obs, k = torch.zeros(1, 2, 4, 8, dtype=torch.float64), randn(1, 1, 24, 8, seed=5)
     call = call_text("snapkv_select", q_obs, k, 10, kernel_size=3) + " (every vote equal)"
     check_index(nb.snapkv_select(q_obs, k, 10, kernel_size=3), ref.snapkv_select(q_obs, k, 10, 3), call)
+
+
+@pytest.mark.ex11_3
+def test_snapkv_select_window_queries_see_their_own_keys(nb):
+    """Query N - w + r sees key N - w + r, its own. Unit keys, so each score is chosen:
+    query 10 puts almost all its mass on its own key 10 and a little on candidate 2;
+    query 11 gives candidate 5 about a third of its mass. Candidate 5 has the larger
+    vote (0.29 to 0.08) and takes the one place. A query that cannot see its own key
+    (each placed one position early) gives candidate 2 almost half of its mass instead,
+    and candidate 2 wins (0.52 to 0.37)."""
+    N, w, d = 12, 2, 16
+    k = torch.eye(d, dtype=torch.float64)[:N][None, None]  # (1, 1, 12, 16): key j is the unit vector e_j
+    scores = torch.zeros(1, 1, w, d, dtype=torch.float64)  # the score each query gives each key
+    scores[0, 0, 0, 10], scores[0, 0, 0, 2] = 6.0, 2.0  # query 10: its own key, and a little of candidate 2
+    scores[0, 0, 1, 5] = 1.5  # query 11: candidate 5
+    q_obs = scores * math.sqrt(d)
+    call = call_text("snapkv_select", q_obs, k, 3, kernel_size=1) + " (query 10 looks mostly at its own key)"
+    check_index(nb.snapkv_select(q_obs, k, 3, kernel_size=1), ref.snapkv_select(q_obs, k, 3, 1), call)
 
 
 @pytest.mark.ex11_3
@@ -345,7 +385,9 @@ def test_quest_upper_bound(nb, name, B, H, H_kv, P, d, sign, dtype_name):
     q = (-q.abs() if sign == "negative" else q).to(dtype)
     call = call_text("quest_upper_bound", q, lo, hi)
     assert_close(nb.quest_upper_bound(q, lo, hi), ref.quest_upper_bound(q, lo, hi), call, atol=1e-12, rtol=1e-12,
-                 dtype=torch.float64, what="the bounds (float64)")
+                 dtype=torch.float64, what="the bounds (float64)",
+                 alternatives=grouped_modulo(ref.quest_upper_bound, (q, lo, hi), H, H_kv, {0: 1}, 1,
+                                             ("quest-bound", name, dtype_name)))
 
 
 @pytest.mark.ex11_4
@@ -422,7 +464,8 @@ def test_quest_select(nb, name, B, H, H_kv, N, d, page, budget, dtype_name):
     q = randn(B, H, d, seed=N + 1).to(dtype)
     call = call_text("quest_select", q, lo, hi, budget)
     check_index(nb.quest_select(q, lo, hi, budget), ref.quest_select(q, lo, hi, budget), call, "the pages",
-                ("batch", "head"), "pages")
+                ("batch", "head"), "pages",
+                grouped_modulo(ref.quest_select, (q, lo, hi, budget), H, H_kv, {0: 1}, 1, ("quest", name, dtype_name)))
 
 
 @pytest.mark.ex11_5
@@ -495,7 +538,8 @@ def test_sparse_paged_decode(nb, name, B, H, H_kv, d, page, num_pages, lens, S, 
     args = decode_inputs(B, H, H_kv, d, page, num_pages, lens, S, dtype, seed=len(name))
     call = call_text("sparse_paged_decode", *args)
     assert_close(nb.sparse_paged_decode(*args), ref.sparse_paged_decode(*args), call, atol=ATOL[dtype], rtol=RTOL[dtype],
-                 dtype=dtype)
+                 dtype=dtype, alternatives=grouped_modulo(ref.sparse_paged_decode, args, H, H_kv, {0: 1, 5: 1}, 1,
+                                                          ("decode", name, dtype_name)))
 
 
 @pytest.mark.ex11_6
@@ -582,8 +626,9 @@ def test_moba_gate(nb, name, B, H, H_kv, N, d, block, top_k, dtype_name):
     q = randn(B, H, N, d, seed=N, scale=2.0).to(dtype)
     k = randn(B, H_kv, N, d, seed=N + 1, scale=2.0).to(dtype)
     call = call_text("moba_gate", q, k, block, top_k)
-    check_index(nb.moba_gate(q, k, block, top_k), ref.moba_gate(q, k, block, top_k), call, "the gate",
-                ("batch", "head", "query"), "blocks")
+    check_index(nb.moba_gate(q, k, block, top_k), ref.moba_gate(q, k, block, top_k), call, "the gate entries",
+                ("batch", "head", "query"), "blocks",
+                grouped_modulo(ref.moba_gate, (q, k, block, top_k), H, H_kv, {0: 1}, 1, ("moba", name, dtype_name)))
 
 
 @pytest.mark.ex11_7
@@ -592,8 +637,8 @@ def test_moba_gate_breaks_ties_by_block(nb):
     q = randn(1, 1, 16, 4, seed=1)
     k = torch.ones(1, 1, 16, 4, dtype=torch.float64)
     call = call_text("moba_gate", q, k, 2, 3) + " (every block mean equal)"
-    check_index(nb.moba_gate(q, k, 2, 3), ref.moba_gate(q, k, 2, 3), call, "the gate", ("batch", "head", "query"),
-                "blocks")
+    check_index(nb.moba_gate(q, k, 2, 3), ref.moba_gate(q, k, 2, 3), call, "the gate entries",
+                ("batch", "head", "query"), "blocks")
 
 
 @pytest.mark.ex11_7

@@ -44,6 +44,8 @@ BUGS = [
     # 6.3 delta rule
     Bug("keys_not_normalised", "6.3", "leaves k unnormalised, so I - beta k k^T is no longer a projection step",
         old="q, k = l2norm(q), l2norm(k)", new="q = l2norm(q)", tests="test_delta_rule"),
+    Bug("queries_not_normalised", "6.3", "normalises k but reads the state with the raw q, so the output grows with |q| instead of depending on its direction only",
+        old="q, k = l2norm(q), l2norm(k)", new="k = l2norm(k)", tests="test_delta_rule"),
     Bug("delta_rule_without_erase", "6.3", "adds beta v k^T but never subtracts the old value (linear attention with a step size)",
         old="delta = b_t * (v[:, t] - predicted)", new="delta = b_t * v[:, t]", tests="test_delta_rule"),
     # 6.4 gated delta rule, recurrent
@@ -94,6 +96,8 @@ BUGS = [
         tests="test_layer"),
     Bug("gate_not_log_space", "6.6", "feeds -softplus(...) without the per-head rate exp(A_log)",
         old="g = -self.A_log.exp() * F.softplus(", new="g = -F.softplus(", tests="test_layer"),
+    Bug("gate_without_dt_bias", "6.6", "drops the per-head dt_bias from the forget gate's softplus, so every head forgets at the rate of softplus(a_proj(x)) alone",
+        old="F.softplus(self.a_proj(x) + self.dt_bias)", new="F.softplus(self.a_proj(x))", tests="test_layer"),
     Bug("step_ignores_state", "6.6", "decodes each token from a zero state",
         old="o, next_state = gated_delta_rule_recurrent(q, k, v, g, beta, initial_state=state)",
         new="o, next_state = gated_delta_rule_recurrent(q, k, v, g, beta, initial_state=None)", tests="test_layer"),

@@ -25,6 +25,9 @@ BUGS = [
         new="""    p = torch.softmax(s, dim=-1)  # (..., N_q, N_k)
     if mask is not None:
         p = p.masked_fill(~mask, 0.0)"""),
+    Bug("mass_softmax_over_queries", "11.1", "takes the softmax over the queries (dim=-2) instead of over each query's keys, so a row's probabilities do not sum to 1",
+        old="p = torch.softmax(s, dim=-1)  # (..., N_q, N_k); masked keys get exactly 0",
+        new="p = torch.softmax(s, dim=-2)  # (..., N_q, N_k)"),
     Bug("mass_topk_of_scores_not_probabilities", "11.1", "adds up the k largest raw scores instead of their softmax probabilities",
         old="top = p.topk(min(k, N_k), dim=-1).values  # (..., N_q, k)",
         new="top = s.masked_fill(s == -math.inf, 0.0).topk(min(k, N_k), dim=-1).values  # (..., N_q, k)"),
@@ -64,6 +67,14 @@ BUGS = [
     r = kernel_size // 2
     padded = torch.nn.functional.pad(votes, (r, r), value=-math.inf)  # (B, H_kv, N + 2r)
     pooled = padded.unfold(-1, kernel_size, 1).amax(dim=-1)[..., : N - w]  # (B, H_kv, N - w)"""),
+    Bug("snapkv_heads_grouped_modulo", "11.3", "splits the H query heads as (G, H_kv) instead of (H_kv, G), so KV head j counts the votes of heads j, j + H_kv, j + 2 H_kv, ... (h % H_kv) instead of its own G consecutive heads",
+        old="q_rows = q_obs.to(torch.float64).reshape(B, H_kv, G * w, d)",
+        new="q_rows = q_obs.to(torch.float64).reshape(B, G, H_kv, w, d).transpose(1, 2).reshape(B, H_kv, G * w, d)",
+        kind="heads_grouped_modulo"),
+    Bug("snapkv_topk_ties", "11.3", "takes the candidates with torch.topk, which returns equal pooled votes in no fixed order (neither the lower nor the higher position first), where a tie goes to the lower position",
+        old="""    order = torch.sort(pooled, dim=-1, descending=True, stable=True).indices  # ties: lower position first
+    chosen = order[..., : budget - w]  # (B, H_kv, budget - w)""",
+        new="""    chosen = pooled.topk(budget - w, dim=-1).indices  # (B, H_kv, budget - w)"""),
     Bug("snapkv_window_one_position_early", "11.3", "places the window's queries at N - w - 1 .. N - 2, one position early, so no query sees its own key",
         old="q_pos = torch.arange(N - w, N).repeat(G)", new="q_pos = torch.arange(N - w - 1, N - 1).repeat(G)"),
     # 11.4: page bounds
@@ -102,7 +113,7 @@ BUGS = [
         new="read = ~again.repeat_interleave(page_size, dim=1)  # (H, S*page_size)"),
     Bug("sparse_decode_kv_head_modulo", "11.6", "maps query head h to KV head h % H_kv instead of h // (H // H_kv)",
         old="kv_head = (torch.arange(H) // G)[:, None]  # (H, 1): query head h reads KV head h // G",
-        new="kv_head = (torch.arange(H) % H_kv)[:, None]  # (H, 1)"),
+        new="kv_head = (torch.arange(H) % H_kv)[:, None]  # (H, 1)", kind="heads_grouped_modulo"),
     Bug("sparse_decode_no_scale", "11.6", "forgets the 1 / sqrt(d) of the scores",
         old="s = (keys @ q[b, :, :, None]).squeeze(-1) / math.sqrt(d)  # (H, S*page_size)", new="s = (keys @ q[b, :, :, None]).squeeze(-1)  # (H, S*page_size)"),
     Bug("sparse_decode_repeated_page_read_twice", "11.6", "reads a page listed twice twice, so its tokens weigh double in the softmax",
@@ -115,6 +126,9 @@ BUGS = [
         old="best = order[..., : min(top_k - 1, C)]  # (B, H, N, top_k - 1)", new="best = order[..., : min(top_k, C)]  # (B, H, N, top_k)"),
     Bug("moba_own_block_competes", "11.7", "lets the own block, scored by a mean that holds future keys, take one of the top_k - 1 places of the past blocks",
         old="past = torch.arange(C)[None, :] < own[:, None]  # (N, C)", new="past = torch.arange(C)[None, :] <= own[:, None]  # (N, C)"),
+    Bug("moba_heads_grouped_modulo", "11.7", "repeats the block means with repeat instead of repeat_interleave, so query head h scores the blocks of KV head h % H_kv instead of h // G",
+        old="means = means.repeat_interleave(G, dim=1)  # (B, H, C, d)", new="means = means.repeat(1, G, 1, 1)  # (B, H, C, d)",
+        kind="heads_grouped_modulo"),
     Bug("moba_ties_to_higher_block", "11.7", "breaks ties between equal gate scores in favour of the higher block",
         old="order = torch.sort(score, dim=-1, descending=True, stable=True).indices  # ties: lower block first",
         new="order = (C - 1) - torch.sort(score.flip(-1), dim=-1, descending=True, stable=True).indices"),

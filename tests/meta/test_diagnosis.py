@@ -146,3 +146,155 @@ def test_a_mistake_the_catalogue_does_not_know_gets_nothing_extra(tmp_path):
     cell.source = cell.source.replace(line, line + " * 1.5", 1)  # wrong, but no known mistake
     out = _grade(tmp_path, solution)
     assert "failed" in out and MISTAKE not in out, out[-3000:]
+
+
+# -- kinds of mistake (grading.diagnosis.KINDS): recognised without a catalogue entry ----
+def _gqa_reference(q, k):
+    """A tiny GQA exercise's reference: out[b, h] = q[b, h] * k[b, h // G] (per query head)."""
+    G = q.shape[1] // k.shape[1]
+    return q * k.repeat_interleave(G, dim=1)
+
+
+def _group_reference(q, k):
+    """One result per KV head: the sum over its G query heads of q . k."""
+    B, H, d = q.shape
+    H_kv = k.shape[1]
+    return (q.reshape(B, H_kv, H // H_kv, d) * k[:, :, None]).sum(dim=(2, 3))
+
+
+def _inputs(H=6, H_kv=3):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(2, H, 4, generator=g, dtype=torch.float64), torch.randn(2, H_kv, 4, generator=g, dtype=torch.float64)
+
+
+def test_the_modulo_order_gives_each_group_the_heads_h_mod_h_kv():
+    order = diagnosis.group_modulo_order(6, 3)
+    assert order == [0, 3, 1, 4, 2, 5]
+    assert [order[p] % 3 for p in range(6)] == [p // 2 for p in range(6)]
+
+
+@pytest.mark.parametrize("reference,out_axis", [(_gqa_reference, 1), (_group_reference, None)],
+                         ids=["per-query-head", "per-kv-head"])
+def test_heads_grouped_as_h_mod_h_kv_are_recognised_and_nothing_else(reference, out_axis):
+    """`repeat` where the statement has `repeat_interleave` (per query head), and a reshape of
+    the heads as (G, H_kv) (per KV head), equal the alternative; a right answer, another
+    wrong one and a case where both groupings coincide are not recognised."""
+    import torch
+
+    q, k = _inputs()
+    B, H, d = q.shape
+    H_kv = k.shape[1]
+    alternative = diagnosis.heads_grouped_modulo(reference, (q, k), H, H_kv, {0: 1}, out_axis)
+    if out_axis == 1:
+        wrong = q * k.repeat(1, H // H_kv, 1)  # query head h reads KV head h % H_kv
+    else:
+        wrong = (q.reshape(B, H // H_kv, H_kv, d).transpose(1, 2) * k[:, :, None]).sum(dim=(2, 3))
+    agree = lambda a, b: torch.allclose(a, b, rtol=0, atol=1e-12)  # noqa: E731 - a sum over other heads, other order
+    assert diagnosis.recognise(wrong, [alternative], agree) == "heads_grouped_modulo"
+    assert diagnosis.recognise(reference(q, k), [alternative], agree) is None
+    assert diagnosis.recognise(wrong * 2, [alternative], agree) is None
+    assert diagnosis.heads_grouped_modulo(reference, (q[:, :3], k), 3, 3, {0: 1}, out_axis) is None  # G = 1
+    assert diagnosis.heads_grouped_modulo(reference, (q, k[:, :1]), 6, 1, {0: 1}, out_axis) is None  # one KV head
+
+
+def test_an_alternative_that_cannot_be_computed_recognises_nothing():
+    from grading.replay import NotRecorded
+
+    def missing():
+        raise NotRecorded("the release holds no expected value for this input")
+
+    assert diagnosis.recognise(1.0, [diagnosis.Alternative("heads_grouped_modulo", missing), None],
+                               lambda a, b: True) is None
+
+
+def test_the_release_recognises_a_kind_from_recorded_values_alone(tmp_path, monkeypatch):
+    """`make release` records the alternative's reference call on the solution (which fails
+    nothing); the student edition answers it from the records, without the reference."""
+    import types
+
+    import torch
+
+    from grading import replay
+
+    module = types.ModuleType("tests.references.ref_99_kinds")
+    exec(compile("import torch\n"
+                 "def gqa(q, k):\n"
+                 "    return q * k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)\n",
+                 "ref_99_kinds", "exec"), module.__dict__)
+    recorder = replay.Recorder()
+    recorder.wrap_module(module)
+    monkeypatch.setattr(replay, "_RECORDER", recorder)
+    q, k = _inputs()
+    diagnosis.record_alternatives([diagnosis.heads_grouped_modulo(module.gqa, (q, k), 6, 3, {0: 1}, 1)])
+    recorder.write(tmp_path, [])
+    monkeypatch.setattr(replay, "_RECORDER", None)
+    replayed = replay.ReplayModule("tests.references.ref_99_kinds", tmp_path / "99_kinds.npz")
+    alternative = diagnosis.heads_grouped_modulo(replayed.gqa, (q, k), 6, 3, {0: 1}, 1)
+    wrong = q * k.repeat(1, 2, 1)
+    assert diagnosis.recognise(wrong, [alternative], torch.equal) == "heads_grouped_modulo"
+
+
+def _message_with(kind):
+    return {"kind": "message", "text": "f(...): the indices are wrong", **({"finding": kind} if kind else {})}
+
+
+def test_a_kind_is_named_where_no_catalogue_bug_matches_and_only_when_the_failures_agree():
+    table = {"a": {**TABLE["a"], "section": '§9.2 "Grouped heads"'}}
+    failed = {"t.py::x[3]": _message_with("heads_grouped_modulo"), "t.py::x[4]": _message_with(None)}
+    found = diagnosis.diagnose_all("99_x", {"9.1": {**failed, "t.py::x[1]": "passed"}}, table)
+    assert [d.bug for d in found] == ["kind:heads_grouped_modulo"]
+    assert found[0].message().startswith("Your query heads are grouped as h % H_kv")
+    assert found[0].message().endswith('See §9.2 "Grouped heads".')
+    # A catalogue bug that matches is named before the kind.
+    one = {"t.py::x[1]": _close("f(1): out", [1.0, 2.0]), "t.py::x[3]": _message_with("heads_grouped_modulo")}
+    assert [d.bug for d in diagnosis.diagnose_all("99_x", {"9.1": {**one, "t.py::x[2]": "passed"}}, TABLE)] == ["a"]
+    # Two kinds on one exercise, or a kind nobody defined: nothing is named.
+    two = {**failed, "t.py::x[5]": _message_with("some_other_kind")}
+    assert diagnosis.diagnose_all("99_x", {"9.1": two}, table) == []
+
+
+def test_the_proof_checks_kinds_both_ways():
+    """A bug that declares a kind must be recognised as it; a bug recognised as a kind it
+    does not declare is a false diagnosis."""
+    def bug(kind, finding):
+        entry = {"exercise": "9.1", "hint": "h", "section": "", "tested": ["t.py::x[1]"],
+                 "failed": {"t.py::x[1]": _message_with(finding)}}
+        return {**entry, "kind": kind} if kind else entry
+
+    fresh = {"declared": bug("heads_grouped_modulo", "heads_grouped_modulo"),
+             "undeclared": bug(None, "heads_grouped_modulo"), "unseen": bug("heads_grouped_modulo", None)}
+    proof = diagnosis.proof(fresh, fresh)
+    assert proof["kinds_recognised"] == ["declared"]
+    assert proof["false_diagnoses"] == ["undeclared recognised as the kind heads_grouped_modulo, a mistake it does not make"]
+    assert [line.split()[0] for line in proof["unrecognised"]] == ["unseen"]
+
+
+def test_every_kind_a_catalogue_declares_exists():
+    for chapter in discover_chapters():
+        for bug in load_catalogue(chapter.stem):
+            assert bug.kind is None or bug.kind in diagnosis.KINDS, f"{chapter.stem}: {bug.name} declares {bug.kind}"
+
+
+def grouped_with_repeat(folder):
+    """Chapter 11's solution with 11.2's KV heads repeated by `repeat` (query head h reads KV
+    head h % H_kv), a mistake no catalogue bug of 11.2 makes, written into ``folder``."""
+    solution = nbformat.read(SOLUTIONS / "11_sparse_attention.ipynb", as_version=4)
+    cell = next(c for c in solution.cells if "def h2o_scores" in c.source)
+    line = "k_full = k.repeat_interleave(G, dim=1)"
+    assert cell.source.count(line) == 1
+    cell.source = cell.source.replace(line, "k_full = k.repeat(1, G, 1, 1)")
+    nbformat.write(solution, folder / "11_sparse_attention.ipynb")
+
+
+@pytest.mark.timeout(600)
+def test_a_grouping_mistake_no_catalogue_entry_describes_is_named_as_its_kind(tmp_path):
+    """11.2 with `repeat` where the statement's grouping is `repeat_interleave`: no catalogue
+    bug of 11.2 makes it, and the grader names it by its kind."""
+    assert not [b for b in load_catalogue("11_sparse_attention") if b.exercise == "11.2" and b.kind]
+    grouped_with_repeat(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "pytest", str(TESTS / "test_11_sparse_attention.py"), "--notebooks",
+                          str(tmp_path), "-q", "-p", "no:cacheprovider", "-m", "ex11_2"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert "Exercise 11.2: Your query heads are grouped as h % H_kv" in run.stdout, run.stdout[-3000:]

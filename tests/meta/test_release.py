@@ -112,6 +112,23 @@ def test_a_catalogue_bug_graded_from_the_release_is_diagnosed(tmp_path):
     assert "This looks like a known mistake" in done.stdout and "overflows" in done.stdout, done.stdout[-3000:]
 
 
+@needs_release
+def test_a_kind_of_mistake_graded_from_the_release_is_named(tmp_path):
+    """The release recognises a kind of mistake (grading.diagnosis.KINDS) from its recorded
+    expected values: `make release` recorded each check's alternative on the solution."""
+    from tests.meta.test_diagnosis import grouped_with_repeat
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    grouped_with_repeat(mine)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(RELEASE)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "tests/test_11_sparse_attention.py", "-p",
+                           "no:cacheprovider", "-q", "-n", "0", "-m", "ex11_2", "--notebooks", str(mine)],
+                          cwd=RELEASE, env=env, capture_output=True, text=True)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "Exercise 11.2: Your query heads are grouped as h % H_kv" in done.stdout, done.stdout[-3000:]
+
+
 def _graded_from_release(stem: str, notebooks, *extra: str) -> subprocess.CompletedProcess:
     # The repository's converted model (Chapter 8), not a conversion of its own in the release.
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(RELEASE),
