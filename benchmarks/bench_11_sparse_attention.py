@@ -2,8 +2,8 @@
 
 *The memory harness.* A pass key of ``KEY_DIGITS`` random digits is stated, in a
 paragraph of its own, at depth ``D`` of a long English text (Chapter 8's), and the
-context ends with a question about it, ``N`` tokens in all. The model (SmolLM2-135M, our
-decode loop's weights) reads the context, question included, with the full cache (one
+context ends with a question about it, ``N`` tokens in all. The model (SmolLM2-135M-Instruct,
+our decode loop over its Q4_1 GGUF weights, de-quantized to fp32) reads the context, question included, with the full cache (one
 prefill, attention by PyTorch's fused causal kernel), and then each cache policy is
 applied to what it cached, layer by layer and KV head by KV head, at a budget of a
 fraction of the cached tokens (as eviction is used: after the prompt). The answer (the
@@ -25,13 +25,34 @@ Policies (all from Chapter 11's solutions except the two of earlier chapters):
   attention over the whole prompt (``h2o_scores`` with the prefill's lse, summed over the
   query heads of a KV head);
 - ``snapkv``: ``snapkv_select`` with an observation window of the last 32 prompt queries
-  and a max-pool of 7;
-- ``quest``: nothing evicted; each query of the second occurrence reads the pages of 16
-  tokens that ``quest_select`` picks for it (budget / 16 pages, the last page always);
+  (the question's first 11 tokens and the 21 text tokens before them) and a max-pool of
+  7, as the paper's LongBench configurations (SnapKV's code defaults to an average pool);
+- ``quest``: nothing evicted; each query of the answer reads the pages of 16 tokens
+  that ``quest_select`` picks for it, per query head (budget / 16 pages, the last page
+  always), in every layer;
 - ``moba``: nothing evicted; each query reads the blocks of 64 tokens of largest
-  ``q . mean(k)`` (budget / 64 blocks, the last always), a gate the model never trained.
+  ``q . mean(k)`` (budget / 64 blocks, the last always), per query head, a gate the
+  model never trained;
+- ``quest_kv`` and ``moba_kv``: the same, but one choice per KV head for the whole
+  group of its query heads (a page's or block's score is the best over the group), so
+  that a KV head reads the budget and no more. Per query head, under GQA a KV head is
+  read for the union of its query heads' picks: up to G (3 for SmolLM2) times the
+  budget that H2O and SnapKV keep;
+- ``quest_kv_dense2``: ``quest_kv`` with the first two layers dense, as Quest's own
+  evaluation runs it (``evaluation/quest_attention.py``: ``layer_id < 2`` takes the
+  dense path);
+- ``snapkv_doc``: SnapKV with the question *after* the compression, the
+  question-agnostic case (a document compressed once, then asked about, as in a chat of
+  several turns or a shared context): the document alone is compressed, with the last
+  ``OBS_WINDOW`` queries of the document as the observation window, to the budget less
+  the question's tokens; the question and the answer are then read through that cache
+  (their keys and values computed through it, as a real server would).
 
-The answer's own tokens are always visible (causally) to every policy.
+The answer's own tokens are always visible (causally) to every policy. Beside each
+accuracy the sweep records ``read``: the share of the cached tokens each KV head reads
+per answer query, averaged over layers, KV heads and queries (the union over its query
+heads; for ``snapkv_doc`` the question's tokens count as read). Methods compare fairly
+at equal ``read``.
 
 What is scored, and at which length, was chosen from the full cache's own answers, never from a
 policy's:
@@ -86,7 +107,9 @@ QUESTION = "\n\nWhat is the pass key? The pass key is"
 DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)  # where the needle starts, as a fraction of the text around it
 TRIALS = 2  # random keys per depth
 BUDGETS = (0.125, 0.25, 0.5)  # fraction of the cached tokens each policy keeps (or reads)
-METHODS = ("full", "window", "kivi4", "h2o", "snapkv", "quest", "moba")
+METHODS = ("full", "window", "kivi4", "h2o", "snapkv", "quest", "moba",
+           "quest_kv", "moba_kv", "quest_kv_dense2", "snapkv_doc")
+DENSE_LAYERS = 2  # Quest's evaluation keeps the first two layers dense
 NUM_SINK, OBS_WINDOW, POOL, PAGE, BLOCK = 4, 32, 7, 16, 64
 KIVI_BITS, KIVI_GROUP = 4, 64
 
@@ -140,9 +163,10 @@ def causal_lse(q, k, tile=512):
 
 
 @torch.inference_mode()
-def prefill(model, sol, ids):
+def prefill(model, sol, ids, doc_len=None):
     """Per layer: keys, values (1, H_kv, N_c, d), H2O's scores per KV head (1, H_kv, N_c)
-    and the observation window's queries (1, H, OBS_WINDOW, d)."""
+    and the observation window's queries (1, H, OBS_WINDOW, d); with ``doc_len``, also
+    the window that ends the document, before the question (``q_obs_doc``)."""
     c = model.config
     T = ids.shape[1]
     positions = torch.arange(T)
@@ -155,7 +179,10 @@ def prefill(model, sol, ids):
         lse = causal_lse(q, k)
         h2o = sol.h2o_scores(q, k, lse, block_size=512)  # (1, H, T)
         h2o = h2o.view(1, c.num_kv_heads, G, T).sum(dim=2)  # (1, H_kv, T): the group's votes
-        layers.append({"k": k, "v": v, "h2o": h2o, "q_obs": q[:, :, -OBS_WINDOW:].clone()})
+        layer = {"k": k, "v": v, "h2o": h2o, "q_obs": q[:, :, -OBS_WINDOW:].clone()}
+        if doc_len is not None:
+            layer["q_obs_doc"] = q[:, :, doc_len - OBS_WINDOW : doc_len].clone()
+        layers.append(layer)
         x = _finish(model, w, x, out)
     return layers
 
@@ -205,6 +232,17 @@ def evict_mask(method, layer, budget, sol):
     return keep
 
 
+def _top_per_kv_head(score, G, k):
+    """(H, T, C) scores -> (H, T, C) bool: the k best of C per KV head and query, by the
+    best score over the KV head's G query heads (ties to the lower index), the same
+    choice for every query head of the group."""
+    H, T, C = score.shape
+    group = score.reshape(H // G, G, T, C).amax(dim=1)  # (H_kv, T, C)
+    top = torch.sort(group, dim=-1, descending=True, stable=True).indices[..., :k]  # (H_kv, T, k)
+    chosen = torch.zeros(H // G, T, C, dtype=torch.bool).scatter_(-1, top, True)
+    return chosen.repeat_interleave(G, dim=0)  # (H, T, C)
+
+
 def read_mask(method, q, layer, budget, sol, bounds):
     """(H, T, N_c) bool for the selection policies: which cached tokens each query reads."""
     k = layer["k"]
@@ -212,13 +250,22 @@ def read_mask(method, q, layer, budget, sol, bounds):
     H_kv, N_c = k.shape[1], k.shape[2]
     G = H // H_kv
     mask = torch.zeros(H, T, N_c, dtype=torch.bool)
+    if method in ("quest_kv", "quest_kv_dense2"):
+        lo, hi = bounds  # (1, H_kv, P, d) each
+        P = lo.shape[2]
+        qt = q[0].transpose(0, 1)  # (T, H, d)
+        bound = sol.quest_upper_bound(qt, lo.expand(T, -1, -1, -1), hi.expand(T, -1, -1, -1))  # (T, H, P)
+        bound = bound.transpose(0, 1).clone()  # (H, T, P)
+        bound[..., P - 1] = math.inf  # the last page is always read
+        pages = _top_per_kv_head(bound, G, max(1, budget // PAGE))  # (H, T, P)
+        return pages.repeat_interleave(PAGE, dim=-1)[..., :N_c]
     if method == "quest":
         lo, hi = bounds  # (1, H_kv, P, d) each
         qt = q[0].transpose(0, 1)  # (T, H, d): the answer's queries as a batch of decode steps
         pages = sol.quest_select(qt, lo.expand(T, -1, -1, -1), hi.expand(T, -1, -1, -1), max(1, budget // PAGE))  # (T, H, S)
         pos = (pages[..., None] * PAGE + torch.arange(PAGE)).reshape(T, H, -1).clamp_max(N_c - 1)  # (T, H, S * PAGE)
         mask = mask.transpose(0, 1).scatter_(2, pos, True).transpose(0, 1)  # (H, T, N_c)
-    else:  # moba: block means, top blocks by q . mean, the last block always
+    else:  # moba, moba_kv: block means, top blocks by q . mean, the last block always
         C = -(-N_c // BLOCK)
         pad = C * BLOCK - N_c
         counts = torch.full((C,), float(BLOCK))
@@ -226,15 +273,21 @@ def read_mask(method, q, layer, budget, sol, bounds):
         means = F.pad(k, (0, 0, 0, pad)).reshape(1, H_kv, C, BLOCK, -1).sum(3) / counts[:, None]  # (1, H_kv, C, d)
         score = q[0] @ means[0].repeat_interleave(G, dim=0).transpose(-1, -2)  # (H, T, C)
         score[..., C - 1] = math.inf  # the most recent block is always read
-        top = torch.sort(score, dim=-1, descending=True, stable=True).indices[..., : max(1, budget // BLOCK)]  # (H, T, k)
-        blocks = torch.zeros(H, T, C, dtype=torch.bool).scatter_(-1, top, True)
+        if method == "moba_kv":
+            blocks = _top_per_kv_head(score, G, max(1, budget // BLOCK))
+        else:
+            top = torch.sort(score, dim=-1, descending=True, stable=True).indices[..., : max(1, budget // BLOCK)]  # (H, T, k)
+            blocks = torch.zeros(H, T, C, dtype=torch.bool).scatter_(-1, top, True)
         mask = blocks.repeat_interleave(BLOCK, dim=-1)[..., :N_c]
     return mask
 
 
 @torch.inference_mode()
-def read_span(model, sol, layers, span_ids, method, budget):
-    """Logits (1, T, V) of the answer read through one policy's cache."""
+def read_span(model, sol, layers, span_ids, method, budget, stats=None):
+    """Logits (1, T, V) of the answer read through one policy's cache. ``stats``, a dict
+    when given, receives ``"read"``: the mean number of cached tokens a KV head reads per
+    query of the span (the union over its query heads), over layers, KV heads and
+    queries."""
     c = model.config
     N_c = layers[0]["k"].shape[2]
     T = span_ids.shape[1]
@@ -242,6 +295,7 @@ def read_span(model, sol, layers, span_ids, method, budget):
     x = F.embedding(span_ids, model.embed)
     G = c.num_heads // c.num_kv_heads
     causal = torch.ones(T, T, dtype=torch.bool).tril()
+    read = []  # per layer: the mean tokens a KV head reads per query
     for i, w in enumerate(model.layers):
         layer = layers[i]
         q, k_new, v_new = _project(model, w, x, positions)
@@ -249,11 +303,14 @@ def read_span(model, sol, layers, span_ids, method, budget):
         if method == "kivi4":
             k_old, v_old = fake_quant(k_old, dim=2), fake_quant(v_old, dim=3)  # keys per channel, values per token
         keep = evict_mask(method, layer, budget, sol)
-        if keep is not None:
+        if method == "quest_kv_dense2" and i < DENSE_LAYERS:
+            old = torch.ones(c.num_heads, T, N_c, dtype=torch.bool)
+        elif keep is not None:
             old = keep.repeat_interleave(G, dim=0)[:, None, :].expand(c.num_heads, T, N_c)  # (H, T, N_c)
         else:
-            bounds = sol.page_bounds(k_old, PAGE) if method == "quest" else None
+            bounds = sol.page_bounds(k_old, PAGE) if method.startswith("quest") else None
             old = read_mask(method, q, layer, budget, sol, bounds)
+        read.append(old.view(c.num_kv_heads, G, T, N_c).any(dim=1).sum(-1).double().mean().item())
         mask = torch.cat([old, causal[None].expand(c.num_heads, T, T)], dim=-1)  # (H, T, N_c + T)
         keys = torch.cat([k_old, k_new], dim=2).repeat_interleave(G, dim=1)  # (1, H, N_c + T, d)
         vals = torch.cat([v_old, v_new], dim=2).repeat_interleave(G, dim=1)
@@ -262,6 +319,8 @@ def read_span(model, sol, layers, span_ids, method, budget):
         x = _finish(model, w, x, out)
     from modellab.decode import rms_norm
 
+    if stats is not None:
+        stats["read"] = sum(read) / len(read)
     return F.linear(rms_norm(x, model.final_norm, c.rms_norm_eps), model.lm_head)
 
 
@@ -307,6 +366,8 @@ def measure(n=N, depths=DEPTHS, trials=TRIALS, budgets=BUDGETS, methods=METHODS,
     model = modellab.Llama(hf)
     text = modellab.long_text_ids(tok, n)
     acc = {m: {str(b): [[] for _ in depths] for b in budgets} for m in methods}
+    read = {m: {str(b): [[] for _ in depths] for b in budgets} for m in methods}
+    asked = len(tok.encode(QUESTION)) - 1  # the question's tokens in the context (the last opens the answer)
     g = torch.Generator().manual_seed(11)
     start = time.perf_counter()
     for trial in range(trials):
@@ -314,34 +375,60 @@ def measure(n=N, depths=DEPTHS, trials=TRIALS, budgets=BUDGETS, methods=METHODS,
             key = "".join(str(int(x)) for x in torch.randint(0, 10, (KEY_DIGITS,), generator=g))
             context, second = make_prompt(tok, text, key, depth, n)
             t0 = time.perf_counter()
-            layers = prefill(model, sol, context)
+            n_c = context.shape[1]
+            layers = prefill(model, sol, context, doc_len=n_c - asked)
             t_prefill = time.perf_counter() - t0
             for m in methods:
                 for b in budgets if m != "full" else budgets[:1]:
-                    budget = int(b * context.shape[1])
-                    logits = read_span(model, sol, layers, second, m, budget)
+                    budget = int(b * n_c)
+                    stats = {}
+                    if m == "snapkv_doc":
+                        logits = read_doc_then_question(model, sol, layers, context, second, budget, asked, stats)
+                    else:
+                        logits = read_span(model, sol, layers, second, m, budget, stats)
+                        stats["read"] /= n_c
                     hits = digit_accuracy(logits, second)
                     for bb in budgets if m == "full" else [b]:
                         acc[m][str(bb)][di].append(hits)
+                        read[m][str(bb)][di].append(stats["read"])
             shown = "0.25" if "0.25" in acc["full"] else str(budgets[0])
             log(f"trial {trial} depth {depth}: full {acc['full'][shown][di][-1]:.3f}, "
                 + ", ".join(f"{m} {acc[m][shown][di][-1]:.3f}" for m in methods[1:])
                 + f" at {shown}; prefill {t_prefill:.0f} s ({time.perf_counter() - start:.0f} s in all)")
             if checkpoint is not None:
-                checkpoint(_results(n, depths, trials, budgets, acc, start, complete=False))
-    return _results(n, depths, trials, budgets, acc, start, complete=True)
+                checkpoint(_results(n, depths, trials, budgets, acc, start, complete=False, read=read))
+    return _results(n, depths, trials, budgets, acc, start, complete=True, read=read)
 
 
-def _results(n, depths, trials, budgets, acc, start, complete) -> dict:
+def read_doc_then_question(model, sol, layers, context, answer, budget, asked, stats):
+    """SnapKV with the question after the compression: the document (the context less its
+    last ``asked`` tokens, the question) is compressed alone, its own last ``OBS_WINDOW``
+    queries voting, to ``budget - asked`` tokens, so that with the question the cache holds
+    ``budget`` as SnapKV's does; then the question and the answer are read through it
+    (the question's keys and values computed through the compressed document). Logits
+    (1, asked + T, V); ``stats["read"]`` the share of the context a KV head reads per
+    answer query."""
+    doc_len = context.shape[1] - asked
+    doc = [{"k": layer["k"][:, :, :doc_len], "v": layer["v"][:, :, :doc_len], "q_obs": layer["q_obs_doc"]}
+           for layer in layers]
+    span = torch.cat([context[:, doc_len:], answer], dim=1)  # (1, asked + T)
+    logits = read_span(model, sol, doc, span, "snapkv", budget - asked, stats)
+    stats["read"] = (stats["read"] + asked) / context.shape[1]  # the question is read whole
+    return logits
+
+
+def _results(n, depths, trials, budgets, acc, start, complete, read=None) -> dict:
     mean = {m: {b: [sum(v) / len(v) if v else None for v in per_depth] for b, per_depth in by_b.items()}
             for m, by_b in acc.items()}
+    read_mean = {m: {b: [sum(v) / len(v) if v else None for v in per_depth] for b, per_depth in by_b.items()}
+                 for m, by_b in (read or {}).items()}
     done = min(len(v) for by_b in acc.values() for per_depth in by_b.values() for v in per_depth)
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": _machine(),
         "seconds": round(time.perf_counter() - start),
         "complete": complete,
-        "model": "SmolLM2-135M (our decode loop over its GGUF weights, fp32)",
+        "model": "SmolLM2-135M-Instruct (our decode loop over its Q4_1 GGUF weights, de-quantized to fp32)",
         "text": f"Chapter 8's long text, first {n} tokens, a pass key of {KEY_DIGITS} random digits at each depth",
         "n": n, "task": "passkey", "key_digits": KEY_DIGITS, "needle": NEEDLE, "question": QUESTION, "depths": list(depths),
         "trials": done if not complete else trials, "trials_planned": trials, "budgets": list(budgets),
@@ -350,6 +437,9 @@ def _results(n, depths, trials, budgets, acc, start, complete) -> dict:
                      "kivi_bits": KIVI_BITS, "kivi_group": KIVI_GROUP},
         "accuracy": mean,  # method -> budget -> mean accuracy per depth
         "trials_accuracy": acc,
+        # method -> budget -> per depth: the mean share of the cached tokens a KV head reads
+        # per answer query (the union over its query heads), over layers, heads and queries
+        "read_fraction": read_mean,
     }
 
 
@@ -370,13 +460,18 @@ def memory_records(results) -> list[Record]:
     recs = [Record(f"evict.copy_acc_full_n{n}", avg["full"], "acc", ">= 0.9", note=note)]
     if not valid:
         note = "the full cache fails the harness's bar at this length, so this says nothing; " + note
-    if not all(m in avg for m in METHODS):
-        return recs  # a sweep of some methods only (measure(methods=...))
+    read = results.get("read_fraction", {})
     for m in METHODS[1:]:
+        if m not in avg:
+            continue  # a sweep of some methods only (measure(methods=...)), or an older file
         extra = f"; {results['kivi_bytes_fraction']:.0%} of the fp16 bytes" if m == "kivi4" else ""
+        if m in read:
+            shares = [x for x in read[m]["0.25"] if x is not None]
+            extra += f"; each KV head reads {sum(shares) / len(shares):.1%} of the cache per query"
         recs.append(Record(f"evict.copy_acc_{m}_b25_n{n}", avg[m], "acc", "report", note=note + extra))
-    recs.append(Record(f"evict.snapkv_over_window_b25_n{n}", avg["snapkv"] / max(avg["window"], 1e-9), "x", "report",
-                       note=f"SnapKV {avg['snapkv']:.3f} vs sinks + window {avg['window']:.3f}; {note}"))
+    if "snapkv" in avg and "window" in avg:
+        recs.append(Record(f"evict.snapkv_over_window_b25_n{n}", avg["snapkv"] / max(avg["window"], 1e-9), "x",
+                           "report", note=f"SnapKV {avg['snapkv']:.3f} vs sinks + window {avg['window']:.3f}; {note}"))
     return recs
 
 

@@ -191,6 +191,10 @@ MEMORY_METHODS = {
     "snapkv": "SnapKV",
     "quest": "Quest (pages of 16)",
     "moba": "MoBA gate, untrained",
+    "quest_kv": "Quest, per KV head",
+    "moba_kv": "MoBA, per KV head",
+    "quest_kv_dense2": "Quest, per KV head, first two layers dense",
+    "snapkv_doc": "SnapKV, question after",
 }
 MEMORY_BUDGET = "0.25"  # the budget the page compares methods at: a quarter of the tokens
 HARNESS_BAR = 0.9  # the full cache's accuracy below which the harness says nothing
@@ -238,9 +242,17 @@ def memory_harness(path: Path = MEMORY_FILE, inline: Path = INLINE_NEEDLE_FILE) 
         "ranked at a quarter of the tokens: " + " > ".join(MEMORY_METHODS[m] for m in ranked),
     ]
     depth_cells = " | ".join(f"D = {d:g}" for d in depths)
-    lines = [f"| method, 25% budget | {depth_cells} | mean |", "| --- |" + " ---: |" * (len(depths) + 1)]
-    lines += [f"| {MEMORY_METHODS[m]} | " + " | ".join(f"{v:.2f}" for v in acc[m][MEMORY_BUDGET])
-              + f" | {mean[m]:.2f} |" for m in have]
+    # Older sweeps did not record what each KV head reads; the column appears with the data.
+    read = data.get("read_fraction", {})
+    read_cell = " read per KV head |" if read else ""
+    lines = [f"| method, 25% budget | {depth_cells} | mean |{read_cell}",
+             "| --- |" + " ---: |" * (len(depths) + 1 + bool(read))]
+    for m in have:
+        row = f"| {MEMORY_METHODS[m]} | " + " | ".join(f"{v:.2f}" for v in acc[m][MEMORY_BUDGET]) + f" | {mean[m]:.2f} |"
+        if read:
+            shares = [x for x in read.get(m, {}).get(MEMORY_BUDGET, []) if x is not None]
+            row += f" {sum(shares) / len(shares):.0%} |" if shares else " |"
+        lines.append(row)
     out["table"] = "\n".join(lines)
     budgets = [str(b) for b in data["budgets"]]
     lines = ["| method, mean over depths | " + " | ".join(f"{float(b):.1%} kept" for b in budgets) + " |",
