@@ -26,9 +26,13 @@ BUGS = [
         new="state += torch.einsum(\"bhk,bhv->bhkv\", k[:, t], v[:, t])", tests="test_linear_attention_recurrent"),
     Bug("read_before_write", "6.1", "reads o_t from S_{t-1}, so token t does not see itself",
         code="""
-        B, T, H, d_k, d_v = _check_qkv(q, k, v)
-        state = _initial_state(initial_state, B, H, d_k, d_v, q)
-        scale = _scale(scale, d_k)
+        _check_qkv(q, k, v)
+        _check_state(initial_state, q, v)
+        _check_scale(scale)
+        B, T, H, d_k = q.shape
+        d_v = v.shape[-1]
+        state = q.new_zeros(B, H, d_k, d_v) if initial_state is None else initial_state
+        scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
         o = q.new_empty(B, T, H, d_v)
         for t in range(T):
             o[:, t] = torch.einsum("bhk,bhkv->bhv", q[:, t] * scale, state)
@@ -51,11 +55,15 @@ BUGS = [
     # 6.4 gated delta rule, recurrent
     Bug("decay_after_update", "6.4", "applies alpha_t after the delta update instead of before it",
         code="""
-        B, T, H, d_k, d_v = _check_qkv(q, k, v)
+        _check_qkv(q, k, v)
         _check_per_token("g", g, q, -math.inf, 0.0)
         _check_per_token("beta", beta, q, 0.0, 1.0)
-        state = _initial_state(initial_state, B, H, d_k, d_v, q)
-        scale = _scale(scale, d_k)
+        _check_state(initial_state, q, v)
+        _check_scale(scale)
+        B, T, H, d_k = q.shape
+        d_v = v.shape[-1]
+        state = q.new_zeros(B, H, d_k, d_v) if initial_state is None else initial_state
+        scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
         q, k = l2norm(q), l2norm(k)
         o = q.new_empty(B, T, H, d_v)
         for t in range(T):
