@@ -105,13 +105,15 @@ def isolation_overhead() -> Record:
         return time.perf_counter() - start
 
     judged, in_process = [], []
+    load = os.getloadavg()[0]  # the judged side runs more processes: a busy machine costs it more
     for _ in range(ISOLATION_ROUNDS):
         judged.append(seconds({}))
         in_process.append(seconds({"GRADING_IN_PROCESS": "1"}))
     return Record("grade.isolation_overhead", median_ratio(judged, in_process), "ratio", "<= 1.5",
                   note=f"chapters {', '.join(IN_PROCESS_CHAPTERS)} on solutions/, 2 workers, {ISOLATION_ROUNDS} "
                        f"paired rounds: judge and contestants {min(judged):.1f} s, in one process "
-                       f"{min(in_process):.1f} s (best)")
+                       f"{min(in_process):.1f} s (best); load average {load:.1f} before, "
+                       f"{os.getloadavg()[0]:.1f} after")
 
 
 def _liars_points(base: Path) -> float:
