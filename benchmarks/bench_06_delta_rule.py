@@ -15,7 +15,7 @@ per compiled call: about 10 times slower than 64). ``delta.chunk_speedup_vs_comp
 is chunkwise time / compiled-recurrence time; compiling costs a minute or two the
 first time and is cached by inductor afterwards (not timed).
 
-Its goal (>= 2, issue 19) is missed on one CPU core, and the arithmetic says why:
+Its goal (>= 2) is missed on one CPU core, and the arithmetic says why:
 per token and head the recurrence does 4 d^2 multiply-adds (decay, read, write, output
 over the d_k x d_v state) and the chunkwise form 4 C d + 3 d^2 (four C x C products of
 length d, three products with the state), 1.75 times more at C = d = 64. Beating the

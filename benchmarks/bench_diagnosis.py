@@ -1,4 +1,4 @@
-"""``make bench`` records of the diagnosis from the catalogue (issue 16, grading.diagnosis).
+"""``make bench`` records of the diagnosis from the catalogue (grading.diagnosis).
 
 - ``diagnose.catalogue_recall``: of every catalogue bug, injected alone into its chapter's
   solution and graded by ``pytest --prove`` on this machine, the fraction that the stored
@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 
 from benchmarks.records import Record, median_ratio
-from grading.catalogue import load_catalogue
+from grading.notebook.catalogue import load_catalogue
 from grading.layout import ROOT, SOLUTIONS, discover_chapters
 
 COST_CHAPTER = "01_kv_memory"

@@ -1,4 +1,4 @@
-"""``make bench`` records of the batch grader (issue 8).
+"""``make bench`` records of the batch grader.
 
 - ``grade.one_submission_seconds``: wall time of ``python -m grading.batch`` on one
   complete, correct submission (every chapter that has a solution), default workers.
@@ -11,18 +11,18 @@
   divided by the time without it (``GRADING_SANDBOX=none``): the median of paired rounds.
   (What a hostile class earns, and what isolation costs: benchmarks/bench_integrity.py.)
 
-- ``grade.peak_rss_mb_max`` (issue 15): the largest, over chapters, of the memory a
+- ``grade.peak_rss_mb_max``: the largest, over chapters, of the memory a
   Gradescope container must hold to grade that chapter: the proportional set size (PSS:
   shared pages counted once) of the whole process tree of ``python -m grading.gradescope run`` (front door, sandbox, grading
   child and its subprocesses), sampled while the chapter is graded, on ``solutions/``.
   Goal: within Gradescope's default 768 MB container.
-- ``grade.gradescope_peak_mib_grader_env`` (issue 41): the same peak, for an
+- ``grade.gradescope_peak_mib_grader_env``: the same peak, for an
   ``autograder.zip`` of Chapters 1 and 11 run by its own ``run_autograder`` as in
   ``tests/meta/test_gradescope.py``, in the environment ``setup.sh`` makes (the zip's
   ``requirements-grader.txt``, hard-linked from ``.venv`` by
   ``tests/meta/isolated_python.py``); the note gives the same run in the author's whole
   stack (every package of ``.venv``), run after it, one at a time: what the smaller pin set saves.
-- ``grade.gradescope_results_valid`` (issue 15): of the three simulated Gradescope runs
+- ``grade.gradescope_results_valid``: of the three simulated Gradescope runs
   of Chapter 1 (solved, unsolved, crashing; built, unpacked and run as in
   ``tests/meta/test_gradescope.py``), the fraction whose ``results.json`` validates
   against ``tests/gradescope_results.schema.json`` and whose score equals the batch
@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 
 from benchmarks.records import Record, median_ratio
-from grading import sandbox
+from grading.proc import sandbox
 from grading.layout import discover_chapters
 from grading.layout import ROOT
 
@@ -233,7 +233,7 @@ def peak_rss_record(base: Path, stems: list[str]) -> Record:
                                  if x.get("status") == "failed"))
 
 
-# The chapters of the assignment whose peak was measured on Gradescope itself (issue 41):
+# The chapters of the assignment whose peak was measured on Gradescope itself:
 # 678-685 MiB there, with the author's whole stack installed.
 GRADER_ENV_CHAPTERS = "1,11"
 

@@ -1,4 +1,4 @@
-"""``make bench`` records of the translated editions (issue 30, ``tools/i18n.py``).
+"""``make bench`` records of the translated editions (``tools/i18n.py``).
 
 - ``zh.untranslated_messages``: messages of the English pages (and of ``_toc.yml``) with
   no current Chinese translation: empty, fuzzy, or missing from the catalogue. Goal ``== 0``.

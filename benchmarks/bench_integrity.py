@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from benchmarks.records import Record, median_ratio
-from grading import sandbox
+from grading.proc import sandbox
 from grading.layout import ROOT, discover_chapters
 
 
@@ -93,7 +93,8 @@ ISOLATION_ROUNDS = 3
 def isolation_overhead() -> Record:
     """``grade.isolation_overhead``: pytest on the solutions through the judge and its
     contestants, divided by the same graders with the notebook run in the grading process
-    (``GRADING_IN_PROCESS=1``, the way graders ran before issue 25): median of paired rounds."""
+    (``GRADING_IN_PROCESS=1``, the way graders ran before the judge and the contestant were two
+    processes): median of paired rounds."""
     files = [str(c.test_file) for c in discover_chapters() if c.stem[:2] in IN_PROCESS_CHAPTERS]
     argv = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-n", "2"]
 

@@ -1,4 +1,4 @@
-"""``make bench`` records of the student edition (issue 26, ``make release``).
+"""``make bench`` records of the student edition (``make release``).
 
 - ``release.reference_source_lines``: lines of reference implementation in the release:
   the non-blank lines of every ``tests/references/*.py`` it ships, and the lines of each
@@ -27,7 +27,7 @@ from pathlib import Path
 import nbformat
 
 from benchmarks.records import Record
-from grading.catalogue import load_catalogue
+from grading.notebook.catalogue import load_catalogue
 from grading.diagnosis import load_table
 from grading.layout import RELEASE, SOLUTIONS, discover_chapters
 

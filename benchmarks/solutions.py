@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from grading import load_solutions as _load_solutions
-from grading.loader import LoadedNotebook
+from grading.notebook.loader import LoadedNotebook
 
 
 def load_solutions(stem: str) -> LoadedNotebook:

@@ -9,10 +9,10 @@ How it runs
   - One helper process (``python -m distlab.launch SPEC``) imports torch once and forks
     the ranks (importing torch four times on two cores costs more than the whole ring).
     It forks before any tensor exists, so no thread pool is copied into a rank.
-  - Each rank loads the notebook with :func:`grading.loader.load_notebook` (the graders'
+  - Each rank loads the notebook with :func:`grading.notebook.loader.load_notebook` (the graders'
     own loader: the student's functions, as the single-process graders see them), applies
     the caller's swap of other exercises' functions for references, if any
-    (``grading.substitute.applied``: a test of 10.6 runs the student's ``ring_attention``
+    (``grading.judge.substitute.applied``: a test of 10.6 runs the student's ``ring_attention``
     over the references of ``ring_step`` and ``shard_positions``), joins
     the process group with ``init_process_group("gloo", store=..., timeout=op_timeout)``
     and calls ``function(*args, **kwargs)`` for each of its calls.
@@ -92,20 +92,20 @@ def run_on_ranks(notebook, function: str, world_size: int, calls: list[list], *,
     ``(other_function, args, kwargs)`` to call another function of the notebook in the same
     process group; every rank has as many calls, made in order. ``op_timeout`` is the process group's timeout (a send or a
     receive that waits longer raises in the rank); ``timeout`` bounds the whole run,
-    after which every rank is killed. ``alone`` is the swap of ``grading.substitute``
+    after which every rank is killed. ``alone`` is the swap of ``grading.judge.substitute``
     each rank applies after loading the notebook (``{"chapter": stem, "exercise":
     "N.M"}``, or None for none); by default the one in force in the caller (the test's).
     Returns one :class:`RankResult` per rank."""
     import torch
 
     if alone is _CALLERS:
-        from grading.substitute import active
+        from grading.judge.substitute import active
 
         alone = active()
 
     if len(calls) != world_size or len({len(c) for c in calls}) != 1:
         raise ValueError(f"calls must hold one list per rank ({world_size}), all of one length")
-    from grading.judge import contain, hand_over
+    from grading.proc.zygote import contain, hand_over
 
     folder = Path(tempfile.mkdtemp(prefix="distlab-"))
     try:
@@ -195,11 +195,11 @@ def _helper(spec_path: str) -> int:
     import torch  # noqa: F401 - imported once here, inherited by every rank
     import torch.distributed  # noqa: F401
 
-    import grading.loader  # noqa: F401
+    import grading.notebook.loader  # noqa: F401
 
     if spec.get("alone"):
-        import grading.substitute  # noqa: F401 - imported once here too (it reads the chapter's references)
-    from grading.contestant import apply_limits
+        import grading.judge.substitute  # noqa: F401 - imported once here too (it reads the chapter's references)
+    from grading.contestant.main import apply_limits
 
     apply_limits(json.loads(os.environ.get("GRADING_LIMITS", "{}") or "{}"))
     # A free port for rank 0's rendezvous store, found without starting the store here: a
@@ -235,9 +235,9 @@ def _rank(spec: dict, rank: int) -> int:
     import torch
     import torch.distributed as dist
 
-    from grading.loader import load_notebook
-    from grading.ranks import count_sends
-    from grading.substitute import applied
+    from grading.notebook.loader import load_notebook
+    from grading.contestant.ranks import count_sends
+    from grading.judge.substitute import applied
 
     torch.set_num_threads(1)
     folder = Path(spec["folder"])
@@ -268,9 +268,9 @@ def _rank(spec: dict, rank: int) -> int:
     except NotImplementedError as exc:
         record.update(status="not implemented", message=str(exc))
     except BaseException as exc:  # noqa: BLE001 - a student's SystemExit is a failure too
-        from grading.loader import _describe
+        from grading.notebook.loader import describe_exception
 
-        message, status = _describe(exc, prefix), "error"
+        message, status = describe_exception(exc, prefix), "error"
         if "Timed out" in message or "timed out" in message:  # gloo's words for an operation past its timeout
             message += (f"\n  (a send or receive waited more than {spec['op_timeout']:.0f} s: every rank was "
                         f"waiting for another, which is a deadlock)")

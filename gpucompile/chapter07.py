@@ -131,7 +131,7 @@ def roofline_seconds(cost: dict, gpu: str, bytes_key: str = "compulsory_bytes") 
     return max(cost["flops"] / spec["flops"], cost[bytes_key] / spec["bytes_per_s"])
 
 
-# -- what the contestant does for the graders (grading.services) -----------------------------------
+# -- what the contestant does for the graders (grading.contestant.services) -----------------------------------
 # Compiling needs the notebook's kernel objects and Triton's launch machinery, so it runs
 # in the contestant that loaded the notebook; the judge gets back plain values only.
 REAL_CONFIGS = {"sm_90": [(32, 32, 4, 2), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2),

@@ -247,19 +247,19 @@ def assert_close(
 
     Checks type, device, shape and (if given) dtype first, because those are the
     mistakes that otherwise surface as a confusing broadcast or a NaN. ``alternatives``
-    (``grading.diagnosis.Alternative``) are the expected values under wrong readings of
+    (``grading.alternatives.Alternative``) are the expected values under wrong readings of
     the statement: a wrong value within the same tolerance of one is recognised as that
     kind of mistake."""
     try:
         _assert_close(got, expected, call, atol=atol, rtol=rtol, dtype=dtype, what=what)
     except GradingFailure as exc:
         if alternatives and exc.observed is not None:  # a wrong value, not a wrong type, shape or dtype
-            from grading.diagnosis import recognise
+            from grading.alternatives import recognise
 
             exc.finding = recognise(got, alternatives, lambda g, e: _within(g, e, atol, rtol))
         raise
     if alternatives:
-        from grading.diagnosis import record_alternatives
+        from grading.alternatives import record_alternatives
 
         record_alternatives(alternatives)
 

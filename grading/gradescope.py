@@ -12,11 +12,11 @@ mistakes as the batch grader does), and the pins ``setup.sh`` installs: the grad
 :func:`grading.pins.grader_requirements`) and, with Chapter 8, its model's. No solutions,
 no catalogue. Nothing is installed from this repository in the image: ``run_autograder``
 puts the zip's folder on ``PYTHONPATH`` and the grading child loads the pytest plugin by
-module name (``-p grading.plugin``).
+module name (``-p grading.judge.plugin``).
 
 ``python -m grading.gradescope run --root /autograder`` (what ``run_autograder`` calls
 for every submission) grades ``ROOT/submission`` exactly as ``python -m grading.batch``
-grades one student: the same :class:`grading.batch.Grader`, the same sandboxed child
+grades one student: the same :class:`grading.classroom.grade.Grader`, the same sandboxed child
 per chapter, the same gradebook rows. The rows are then written as
 ``ROOT/results/results.json``::
 
@@ -39,16 +39,15 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import traceback
 import zipfile
 from pathlib import Path
 
-from grading import gradebook as gb
+from grading.classroom import gradebook as gb
 from grading.layout import EXERCISES, GRADESCOPE, REFERENCES, ROOT, TESTS, discover_chapters
 from grading.pins import grader_requirements
-from grading.runner import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
+from grading.proc.judges import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
 
 STUDENT = "submission"  # the one student of a Gradescope run, as the gradebook rows name them
 CONFIG = "gradescope.json"  # in the zip: the chapters it grades and the limits
@@ -86,8 +85,8 @@ def chapter_packages(chapter) -> set[str]:
 
     pattern = re.compile(_USES.format("|".join(CHAPTER_PACKAGES)), re.M)
     texts = [p.read_text(encoding="utf-8") for p in chapter_files(chapter)]
-    # grading.services names its packages by string: the targets of the services called.
-    from grading.services import SERVICES
+    # grading.contestant.services names its packages by string: the targets of the services called.
+    from grading.contestant.services import SERVICES
 
     called = {m.group(1) for text in texts for m in re.finditer(r"""\.service\(\s*["']([\w.]+)["']""", text)}
     texts += [f'"{SERVICES[name]}"' for name in sorted(called) if name in SERVICES]
@@ -128,7 +127,7 @@ def results_from_rows(rows: list[gb.Row], seconds: float, extra: dict | None = N
         tests.append(test)
     graded = [r for r in rows if r.exercise]
     score, possible = sum(r.points for r in graded), sum(r.max_points for r in graded)
-    lines = [f"Total: {gb._num(score)} / {gb._num(possible)} points."]
+    lines = [f"Total: {gb.num(score)} / {gb.num(possible)} points."]
     lines += [f"- {r.chapter + ': ' if r.chapter else ''}{r.message}" for r in rows if not r.exercise and r.message]
     return {"score": round(score, 3), "execution_time": round(seconds, 1), "output": "\n".join(lines),
             "stdout_visibility": "hidden", "tests": tests, "extra_data": extra or {}}
@@ -174,9 +173,11 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
           memory_mb: int = DEFAULT_MEMORY_MB, extra_tests: Path | None = None, late_penalty: str = "") -> dict:
     """Grade ``root/submission`` into ``root/results/results.json`` through the batch
     grader's path; returns the results. Never raises: a failure is a results.json too.
-    ``late_penalty`` (``FRACTION[:CAP]``, :mod:`grading.late`) applies to a submission
+    ``late_penalty`` (``FRACTION[:CAP]``, :mod:`grading.classroom.late`) applies to a submission
     whose ``root/submission_metadata.json`` says it came after its due date."""
-    from grading import batch, late, sandbox
+    from grading.classroom import late
+    from grading.proc import sandbox
+    from grading.classroom.grade import GradeConfig, grade_submission, hidden_tests
 
     start = time.monotonic()
     path = root / "results" / "results.json"
@@ -191,22 +192,13 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
         found = discover_chapters(only=chapters.split(",") if chapters else None)
         if not found:
             raise RuntimeError("no chapters to grade in the autograder (tests/test_NN_*.py with exercises/)")
-        hidden = batch.hidden_tests(extra_tests, found)
-        config = batch.GradeConfig(out=(root / "results").resolve(), submissions=submission.resolve(),
-                                   timeout=timeout, memory_mb=memory_mb, extra_tests=extra_tests)
-        grader = batch.Grader(config, found, hidden)
+        hidden = hidden_tests(extra_tests, found)
+        config = GradeConfig(out=(root / "results").resolve(), submissions=submission.resolve(),
+                             timeout=timeout, memory_mb=memory_mb, extra_tests=extra_tests)
         # (setup.sh made the converted model readable to the sandbox's user; importing
         # modellab here would put torch in this process, beside every child.)
-        grader.prepare()
-        with tempfile.TemporaryDirectory(prefix="gradescope-") as scratch:
-            entry = _entry(submission)
-            sub = batch.open_submission(STUDENT, entry, found, Path(scratch))
-            rows = batch.submission_rows(STUDENT, sub, found)
-            for task in batch.submission_tasks(STUDENT, sub, found):
-                print(f"grading {task.chapter.stem}", flush=True)
-                rows += grader.grade_safely(task) or []
-        if grader.compromised:
-            raise RuntimeError(f"the grader's files changed while grading ({grader.compromised})")
+        rows, grader = grade_submission(config, STUDENT, _entry(submission), found, hidden,
+                                        on_chapter=lambda stem: print(f"grading {stem}", flush=True))
         lateness = None
         if late_penalty:
             submitted, due = late.from_gradescope(root / "submission_metadata.json")
@@ -222,8 +214,8 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
                                      "grader_root": str(ROOT),
                                      **({"late": lateness.to_json()} if lateness else {})})
         for r in rows:
-            print(f"{r.chapter or '-':<28} {r.exercise or '-':<12} {gb._num(r.points):>6} / "
-                  f"{gb._num(r.max_points):<6} {r.status}  {r.message[:100]}")
+            print(f"{r.chapter or '-':<28} {r.exercise or '-':<12} {gb.num(r.points):>6} / "
+                  f"{gb.num(r.max_points):<6} {r.status}  {r.message[:100]}")
     except BaseException as exc:  # noqa: BLE001 - the file must be written whatever happened
         traceback.print_exc()
         results = failure_results(f"{type(exc).__name__}: {exc}"[:1000], time.monotonic() - start)
@@ -250,7 +242,7 @@ def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None =
     with ``setup.sh`` and ``run_autograder`` at its root). Returns the zip's path.
     Raises ValueError for chapters that name none, or a malformed ``late_penalty``."""
     if late_penalty:
-        from grading.late import LatePolicy
+        from grading.classroom.late import LatePolicy
 
         LatePolicy.parse(late_penalty)
     found = discover_chapters(only=chapters.split(",") if chapters else None)

@@ -27,7 +27,7 @@ CHAPTERS = ROOT / "chapters"
 TESTS = ROOT / "tests"
 REFERENCES = TESTS / "references"
 CATALOGUE = TESTS / "catalogue"
-DIAGNOSIS = TESTS / "diagnosis"  # what each catalogue bug outputs where it fails (grading.diagnose)
+DIAGNOSIS = TESTS / "diagnosis"  # what each catalogue bug outputs where it fails (grading.diagnosis)
 BUILD = ROOT / "_build"
 # Committed runs of `python -m benchmarks --results`: the README's tables and the numbers
 # the chapters quote from `make bench`, each run with the machine it was measured on.
@@ -130,3 +130,12 @@ def cell_source(cell) -> str:
     """A notebook cell's source as one string (nbformat stores a string or a list of lines)."""
     source = cell.get("source", "") if isinstance(cell, dict) else getattr(cell, "source", "")
     return source if isinstance(source, str) else "".join(source)
+
+
+def exercise_of(item) -> str | None:
+    """The exercise a pytest item is marked with (``@pytest.mark.ex2_3``: "2.3"), or None."""
+    for mark in item.iter_markers():
+        exercise = exercise_of_marker(mark.name)
+        if exercise:
+            return exercise
+    return None

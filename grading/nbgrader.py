@@ -18,7 +18,7 @@ The autograder cell is silent and does nothing unless nbgrader runs it (nbgrader
 ``NBGRADER_EXECUTION`` to ``autograde`` or ``validate`` in the kernel's environment).
 Then :func:`autograde` grades the notebook file that nbgrader is executing (the
 submission with its locked cells restored, in the kernel's working folder) exactly as
-``python -m grading.batch`` grades one student: the same :class:`grading.batch.Grader`,
+``python -m grading.batch`` grades one student: the same :class:`grading.classroom.grade.Grader`,
 the same sandboxed child, the same gradebook rows. The cell shows the exercise's points
 as its result, which nbgrader reads as partial credit, and prints the grader's message.
 The chapter is graded once, by its first autograder cell; the others read the result.
@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from grading.layout import Chapter, cell_source, marker
-from grading.runner import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
-from grading.regions import find_regions
+from grading.proc.judges import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
+from grading.notebook.regions import find_regions
 
 SCHEMA_VERSION = 3  # nbgrader's cell metadata schema (nbgrader 0.6 to 0.9)
 ENV = "NBGRADER_EXECUTION"  # set by nbgrader in the kernel's environment
@@ -190,8 +190,8 @@ def exercise_points(chapters: list[Chapter]) -> dict[str, dict[str, ExercisePoin
     """{stem: {exercise: (total, core)}} from the graders themselves, collected by one
     grading child as ``grading.batch`` collects its plan: a test function is worth its
     ``points`` mark, GPU-only tests included; ``core`` sums the functions marked core."""
-    from grading import gradebook as gb
-    from grading.runner import run_child
+    from grading.classroom import gradebook as gb
+    from grading.proc.judges import run_child
 
     files = [str(c.test_file) for c in chapters]
     result = run_child({"test_files": files, "hidden_files": [], "collect_only": True},
@@ -249,7 +249,7 @@ def find_notebook(stem: str, folder: Path) -> Path:
     """The chapter's notebook in ``folder``: ``stem.ipynb``, or the one notebook there that
     the batch grader's matching gives the chapter (a renamed assignment)."""
     from grading.layout import discover_chapters
-    from grading.matching import match_folder
+    from grading.classroom.matching import match_folder
 
     exact = folder / f"{stem}.ipynb"
     if exact.is_file():
@@ -265,7 +265,7 @@ def find_notebook(stem: str, folder: Path) -> Path:
 def grade_notebook(stem: str, folder: Path) -> tuple[list, bool]:
     """The gradebook rows of the chapter's notebook in ``folder``, graded by the batch
     grader's path (once per notebook content); and whether this call graded it."""
-    from grading import batch
+    from grading.classroom.grade import GradeConfig, grade_chapter
     from grading.layout import discover_chapters
 
     chapters = discover_chapters(only=[stem])
@@ -276,17 +276,13 @@ def grade_notebook(stem: str, folder: Path) -> tuple[list, bool]:
     if key in _graded:
         return _graded[key], False
     chapter = chapters[0]
-    with tempfile.TemporaryDirectory(prefix="nbgrader-grade-") as out:
-        config = batch.GradeConfig(out=Path(out).resolve(), submissions=folder.resolve(),
-                                   timeout=DEFAULT_TIMEOUT_S, memory_mb=DEFAULT_MEMORY_MB)
-        grader = batch.Grader(config, chapters, {})
-        if "modellab" in chapter.test_file.read_text():
-            from modellab.load import prepare_cache
+    if "modellab" in chapter.test_file.read_text():
+        from modellab.load import prepare_cache
 
-            prepare_cache()  # as grading.batch does, before the judge's timeout starts
-        grader.prepare()
-        rows = grader.grade_safely(batch.Task(STUDENT, chapter, notebook)) or []
-    if grader.compromised:
-        raise RuntimeError(f"the grader's files changed while grading ({grader.compromised})")
+        prepare_cache()  # as grading.batch does, before the judge's timeout starts
+    with tempfile.TemporaryDirectory(prefix="nbgrader-grade-") as out:
+        config = GradeConfig(out=Path(out).resolve(), submissions=folder.resolve(),
+                             timeout=DEFAULT_TIMEOUT_S, memory_mb=DEFAULT_MEMORY_MB)
+        rows = grade_chapter(config, STUDENT, chapter, notebook)
     _graded[key] = rows
     return rows, True

@@ -30,7 +30,6 @@ class Status(str, Enum):
     REVIEW = "needs review"
     MISSING = "missing"
     SKIPPED = "skipped"  # a GPU-only test on a machine without one: not counted
-    NOT_RUN = "not run"  # a later case of a batch whose earlier case timed out or crashed
     NOTE = "note"
     OVERRIDDEN = "overridden"  # the instructor set the points (--overrides); the message says why
 
@@ -141,8 +140,8 @@ OUTCOMES = ("passed", "failed", "skipped")
 
 @dataclass
 class TestOutcome:
-    """One test as the judge decided it (:mod:`grading.child`), the one schema of the
-    ``test`` lines the batch grader reads (:mod:`grading.batch`, :mod:`grading.gradebook`)."""
+    """One test as the judge decided it (:mod:`grading.judge.main`), the one schema of the
+    ``test`` lines the batch grader reads (:mod:`grading.batch`, :mod:`grading.classroom.gradebook`)."""
 
     __test__ = False  # not a pytest test class, whatever its name
 

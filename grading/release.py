@@ -13,8 +13,8 @@ a book whose appendix prints them. ``_build/release/`` (and ``_build/release.zip
 - ``tests/test_NN_topic.py``: the public graders; ``grading/`` and ``modellab/``, which
   they import;
 - ``tests/expected/NN_topic.npz``: what the references returned to the graders, in
-  place of the references (issue 26): :func:`record` runs each chapter's graders on its
-  solution with the references recorded (:mod:`grading.replay`), into ``_build/expected``
+  place of the references: :func:`record` runs each chapter's graders on its
+  solution with the references recorded (:mod:`grading.judge.replay`), into ``_build/expected``
   (again only where a grader, a reference, a solution or the recorder changed); the
   release's graders replay them. No file of ``tests/references/`` ships;
 - ``tests/diagnosis/``: the tables that name a known mistake (its hint, its section and
@@ -48,9 +48,9 @@ import time
 import zipfile
 from pathlib import Path
 
-from grading import replay
+from grading.judge import replay
 from grading.layout import BUILD, DIAGNOSIS, EXERCISES, REFERENCES, RELEASE, ROOT, SOLUTIONS, TESTS, cell_source, discover_chapters
-from grading.regions import find_regions
+from grading.notebook.regions import find_regions
 
 EXPECTED = BUILD / "expected"  # record(): NN_topic.npz and its stamp, NN_topic.stamp
 BOOK_OUT = BUILD / "release-book"  # jupyter-book --path-output: the HTML lands in BOOK_OUT/_build/html
@@ -188,16 +188,16 @@ def assemble(html_dir: Path, out: Path = RELEASE) -> Path:
         for path in sorted((ROOT / package).rglob("*.py")):
             files[str(path.relative_to(ROOT))] = path
     files["tests/__init__.py"] = TESTS / "__init__.py"
-    for path in sorted(EXPECTED.glob("*.npz")):  # expected values, not references (issue 26)
+    for path in sorted(EXPECTED.glob("*.npz")):  # expected values, not references
         files[f"tests/expected/{path.name}"] = path
-    # What diagnosis needs (issue 26): each bug's name, hint, section and the outputs it
+    # What diagnosis needs: each bug's name, hint, section and the outputs it
     # produces at the checks it fails. Data, with no bug code: tests/catalogue stays out.
     for path in sorted(DIAGNOSIS.glob("*.json")):
         files[str(path.relative_to(ROOT))] = path
     for c in discover_chapters():
         files[f"tests/{c.test_file.name}"] = c.test_file
         files[f"exercises/{c.stem}.ipynb"] = EXERCISES / f"{c.stem}.ipynb"
-        # The same stubs with Chinese statements (exercises/zh_CN/, issue 30), graded alike.
+        # The same stubs with Chinese statements (exercises/zh_CN/), graded alike.
         for edition in sorted(p for p in EXERCISES.iterdir() if p.is_dir()):
             if (edition / f"{c.stem}.ipynb").exists():
                 files[f"exercises/{edition.name}/{c.stem}.ipynb"] = edition / f"{c.stem}.ipynb"

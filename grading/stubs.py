@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 
 from grading.layout import ROOT, cell_source
-from grading.regions import replace_regions, stub_lines
+from grading.notebook.regions import replace_regions, stub_lines
 
 NB_VERSION = 4
 

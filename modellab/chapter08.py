@@ -2,7 +2,7 @@
 notebook's own ``GrowingKVCache``, in the process that holds the notebook.
 
 The judge (``tests/test_08_model_lab.py``) never holds the student's cache: it asks the
-contestant (:mod:`grading.services`, ``chapter08.generate``) to load the model from the
+contestant (:mod:`grading.contestant.services`, ``chapter08.generate``) to load the model from the
 read-only cache the judge prepared, run our decode loop with one student cache per
 layer, and send back the greedy tokens, or what the caches did when the model failed.
 The judge compares the tokens with transformers' own ``generate()`` and writes the

@@ -378,7 +378,7 @@ def test_append_out_of_pages_changes_nothing(nb, page_size):
        ops=st.lists(st.one_of(APPEND, APPEND, FORK, FREE), max_size=25))
 def test_append_free_property(nb, page_size, num_pages, ops):
     """Random appends, forks, frees and out-of-pages attempts; invariants after every step.
-    Fork and free are the references' here (grading.substitute), so the copy-on-write
+    Fork and free are the references' here (grading.judge.substitute), so the copy-on-write
     of a shared partial page is graded where it is written: in append."""
     run_ops(nb, page_size, num_pages, ops)
 

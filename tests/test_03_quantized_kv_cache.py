@@ -114,7 +114,7 @@ def test_quantize_int8_zero_rows_make_no_nan(nb, d):
     (casting NaN to an integer is undefined behaviour; on CPU it happens to give 0)."""
     x = torch.zeros(3, d)
     x[1] = torch.linspace(-1.0, 2.0, d)
-    with watching(nb, "non_finite") as watch:  # in the contestant, where the code runs (grading.watch)
+    with watching(nb, "non_finite") as watch:  # in the contestant, where the code runs (grading.contestant.watch)
         q, scale = nb.quantize_int8(x)
         x_hat = nb.dequantize_int8(q, scale)
     if watch.seen:
@@ -219,7 +219,7 @@ def test_dequantize_asym(nb, name, make, bits, g):
 def test_asym_constant_groups_make_no_nan(nb):
     x = torch.zeros(2, 16)
     x[1, :8] = 3.0
-    with watching(nb, "non_finite") as watch:  # in the contestant, where the code runs (grading.watch)
+    with watching(nb, "non_finite") as watch:  # in the contestant, where the code runs (grading.contestant.watch)
         q, scale, zero = nb.quantize_asym(x, 4, 8)
         x_hat = nb.dequantize_asym(q, scale, zero, 8)
     if watch.seen:
@@ -629,7 +629,7 @@ def test_fp8_zeros_make_no_nan(nb, per_head):
     x = torch.zeros(1, 2, 3, 8)
     if per_head:
         x[:, 1] = torch.linspace(-2.0, 3.0, 24).reshape(3, 8)
-    with watching(nb, "non_finite") as watch:  # in the contestant, where the code runs (grading.watch)
+    with watching(nb, "non_finite") as watch:  # in the contestant, where the code runs (grading.contestant.watch)
         codes, scale = nb.quantize_fp8(x, per_head=per_head)
         x_hat = nb.dequantize_fp8(codes, scale)
     if watch.seen:

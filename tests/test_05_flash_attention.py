@@ -302,7 +302,7 @@ def test_never_materialises_scores_or_repeated_kv(nb, B, H, H_kv, N_q, N_k, D, b
     """No intermediate may be as large as the N_q x N_k score matrix or as K repeated
     for every query head: the largest allowed is twice the biggest input or tile."""
     q, k, v = make_qkv(B, H, H_kv, N_q, N_k, D, torch.float32)
-    with watching(nb, "largest_tensor") as watch:  # in the contestant, where the code runs (grading.watch)
+    with watching(nb, "largest_tensor") as watch:  # in the contestant, where the code runs (grading.contestant.watch)
         nb.flash_attention(q, k, v, causal=causal, block_q=bq, block_k=bk)
     allowed = 2 * max(q.numel(), k.numel(), B * H * bq * bk)
     if watch.numel > allowed:

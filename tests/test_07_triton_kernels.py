@@ -1,11 +1,11 @@
 """Graders for Chapter 7 (exercises/07_triton_kernels.ipynb) against tests/references.
 
-Every kernel runs in the notebook's contestant (grading.contestant), never here: under
+Every kernel runs in the notebook's contestant (grading.contestant.main), never here: under
 TRITON_INTERPRET=1 an unmasked load is a real out-of-bounds access and can kill the
 process with SIGSEGV; in a contestant, that is one failed case with the signal named,
 and the next case starts a fresh one. In the contestant, every load and store
 of an interpreted kernel is checked against the tensor its pointer came from
-(grading.triton_bounds): a kernel that reads past a tensor fails with the argument and
+(grading.contestant.triton_bounds): a kernel that reads past a tensor fails with the argument and
 the element ("load from `K` at element 4160, past its end (4096)"), even when it throws
 the values away and its result is right.
 
@@ -24,13 +24,13 @@ are graded on hand-made cases, each isolating one rule, and on the ptxas reports
 flash_fwd_kernel compiled for sm_90 and sm_80 in one child; where the Triton wheel has no
 ptxas, those cases are skipped with the reason (not counted).
 
-A kernel exercise is graded on its kernel (grading.triton_launch): the notebook's text,
+A kernel exercise is graded on its kernel (grading.judge.triton_launch): the notebook's text,
 read here, must show the wrapper launching the exercise's ``@triton.jit`` kernel, and on
 CPU every element of each tensor it returns must hold what a store of that kernel wrote
 (seen through the interpreter, in the contestant). ``vector_add`` returning ``x + y``
 computes the right values and earns nothing, in its bad-input tests too.
 
-Each exercise is graded alone (grading.substitute): while one exercise's tests run, the
+Each exercise is graded alone (grading.judge.substitute): while one exercise's tests run, the
 other exercises' functions are references (tests/references/ref_07_triton_jit.py), in
 the child too, which applies the swap after loading the notebook. So 7.3's kernel runs
 with the reference causal helpers; 7.4's helpers are graded inside the reference flash
@@ -46,8 +46,8 @@ import torch
 
 from gpucompile.chapter07 import ARCHS, GRADED_KERNELS, case_ids
 from grading.compare import GradingFailure, assert_close, assert_raises, call_text, derived_atol
-from grading import replay
-from grading.triton_launch import dynamic_launch_problem, jit_problem, static_launch_problem
+from grading.judge import replay
+from grading.judge.triton_launch import dynamic_launch_problem, jit_problem, static_launch_problem
 from tests.references import ref_07_triton_kernels as ref
 
 INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
@@ -393,7 +393,7 @@ DTYPE_FIELD = {"7.1": 1, "7.2": 2, "7.3": 5, "7.4": 5, "7.5": 5}  # where each c
 def check_case(nb, exercise, cid, device):
     """One case of one exercise on ``nb``, whose contestant runs the kernels (through the
     interpreter on CPU, where it checks every load and store against the tensor it points
-    into, grading.triton_bounds: reading past a tensor fails the case even when the values
+    into, grading.contestant.triton_bounds: reading past a tensor fails the case even when the values
     read are thrown away)."""
     torch.set_num_threads(1)
     if cid.startswith("bad:"):
@@ -441,7 +441,7 @@ def _grade(nb, exercise, cid, device="cpu"):
 # -- compiling for a GPU, without one -----------------------------------------------------------
 def _grade_compile(nb, exercise, arch):
     """Compile the exercise's kernel for ``arch`` as its wrapper launches it, in a contestant
-    without the interpreter (gpucompile.chapter07.check_compile, a grading.services entry)."""
+    without the interpreter (gpucompile.chapter07.check_compile, a grading.contestant.services entry)."""
     compiler = nb.variant(env=COMPILE_ENV)
     for cid in case_ids(exercise):
         if cid.endswith(arch):

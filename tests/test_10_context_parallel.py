@@ -3,7 +3,7 @@
 Exercises 10.1 to 10.5 are graded in this process against dense fp64 attention and
 against the ring counted pair by pair. Exercise 10.6 runs the notebook's own
 ``ring_attention`` on real ``torch.distributed`` processes (gloo, loopback only, inside
-the sandbox; see ``grading.ranks``): every rank is a contestant that loads the notebook
+the sandbox; see ``grading.contestant.ranks``): every rank is a contestant that loads the notebook
 under test, and the outputs come back here, as plain tensors, to be compared with dense
 fp64 attention over the whole sequence.
 """

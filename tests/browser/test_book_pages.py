@@ -228,7 +228,7 @@ def test_page(browser, server, page):
 @pytest.mark.parametrize("page", [p for p in pages() if in_edition(p).startswith(PHONE_PAGES)])
 def test_tables_fit_a_phone(browser, server, page):
     """At a 390-px viewport every table fits its container: no column lost to a scrollbar,
-    none spilling out of the page (issue 29: tables printed with print() fell apart)."""
+    none spilling out of the page (tables printed with print() fell apart)."""
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {

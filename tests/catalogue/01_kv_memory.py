@@ -1,6 +1,6 @@
 """Wrong implementations of Chapter 1 that the graders must reject."""
 
-from grading.catalogue import Bug
+from grading.notebook.catalogue import Bug
 
 # Where a diagnosis sends the student: the title of the section that teaches each exercise.
 SECTIONS = {

@@ -2,7 +2,7 @@
 
 from dataclasses import replace
 
-from grading.catalogue import Bug
+from grading.notebook.catalogue import Bug
 
 # Where a diagnosis sends the student: the title of the section that teaches each exercise.
 SECTIONS = {

@@ -2,7 +2,7 @@
 
 from dataclasses import replace
 
-from grading.catalogue import Bug
+from grading.notebook.catalogue import Bug
 
 # Each bug runs only against the graders of its own exercise (and the ones that
 # build on it), which keeps `pytest --prove` to a few seconds.

@@ -4,7 +4,7 @@ The first eight are the issue's list; the rest are the other mistakes people mak
 when they write flash attention for the first time. ``tests`` keeps each bug to the
 graders that concern it, so ``--prove`` stays fast."""
 
-from grading.catalogue import Bug
+from grading.notebook.catalogue import Bug
 
 MATERIALISED = '''
 _check_qkv(q, k, v)
@@ -99,7 +99,7 @@ BUGS = [
         old="m_safe = torch.where(m_new == -math.inf, 0.0, m_new)", new="m_safe = m_new", tests="online_update"),
     Bug("score_matrix_materialised", "5.5", "builds the whole N_q x N_k score matrix (and reports tiles it never used)",
         code=MATERIALISED, tests="materialises"),
-    # -- accumulates in the input dtype (issue 16, item 3): what the fp16/bf16 tolerances
+    # -- accumulates in the input dtype: what the fp16/bf16 tolerances
     #    derived from SDPA's error must reject
     Bug("flash_accumulates_in_input_dtype", "5.5", "keeps m, l and acc (and the scores) in fp16/bf16 instead of fp32",
         old="    dtype = _acc_dtype(q.dtype)\n    # Scores in base 2", new="    dtype = q.dtype\n    # Scores in base 2",

@@ -3,7 +3,7 @@
 Each bug only runs the graders of the exercises it can affect (``tests=``), which keeps
 ``--prove`` within the chapter's time budget."""
 
-from grading.catalogue import Bug
+from grading.notebook.catalogue import Bug
 
 # Where a diagnosis sends the student: the title of the section that teaches each exercise.
 SECTIONS = {

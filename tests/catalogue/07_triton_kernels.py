@@ -6,13 +6,13 @@ exercises would pass anyway.
 
 The three after "the right values without the kernel" compute the right values with
 PyTorch: only the rule that the exercise's kernel computes the result rejects them
-(grading.triton_launch; the first and the last never launch the kernel, which the
+(grading.judge.triton_launch; the first and the last never launch the kernel, which the
 notebook's text shows; the second launches it and returns another tensor, which only the
 launch's stores show). The five after "accepted by the interpreter" are kernels the interpreter runs correctly
 (every value test passes; tried) and the GPU compiler rejects: only ``test_compiles_for_gpu``
 can catch them. The last ones misread the compiler's report (Exercises 7.6 and 7.7)."""
 
-from grading.catalogue import Bug
+from grading.notebook.catalogue import Bug
 
 
 # Where a diagnosis sends the student: the title of the section that teaches each exercise.
@@ -70,7 +70,7 @@ BUGS = [
     Bug("paged_gqa_no_grouping", "7.5", "reads KV head h for query head h, ignoring GQA",
         old="    off_kvh = off_h // GROUP\n    seq_len = tl.load(Seq_lens + off_b)",
         new="    off_kvh = off_h\n    seq_len = tl.load(Seq_lens + off_b)", tests="paged_decode"),
-    # -- out of bounds: the values are right, the memory is not (grading.triton_bounds) --------------
+    # -- out of bounds: the values are right, the memory is not (grading.contestant.triton_bounds) --------------
     Bug("vector_add_ignores_strides", "7.1", "hands the kernel a strided view (x[::2]) as it is, whose unit-stride "
         "pointers then read the elements in between", old="    x, y = x.contiguous(), y.contiguous()  # the kernel walks both with unit stride\n",
         new="", tests="vector_add"),
@@ -88,7 +88,7 @@ BUGS = [
         old="page = tl.load(Block_tables + off_b * stride_tb + (offs_t // page_size) * stride_tp, mask=valid, other=0)",
         new="page = tl.load(Block_tables + off_b * stride_tb + (offs_t // page_size) * stride_tp)",
         tests="paged_decode"),
-    # -- the right values without the kernel (grading.triton_launch) --------------------------------
+    # -- the right values without the kernel (grading.judge.triton_launch) --------------------------------
     Bug("vector_add_in_torch", "7.1", "returns x + y computed by PyTorch and never launches add_kernel",
         old="    add_kernel[grid](x, y, out, n, BLOCK_SIZE=block_size)\n    return out", new="    return x + y",
         tests="vector_add"),

@@ -2,7 +2,7 @@
 
 from dataclasses import replace
 
-from grading.catalogue import Bug
+from grading.notebook.catalogue import Bug
 
 # Each bug runs only against the graders of its own exercise, which keeps `pytest --prove` short.
 GRADERS = {"9.1": "rope_inv_freq", "9.2": "apply_rope_freqs", "9.3": "linear_inv_freq", "9.4": "ntk_inv_freq",

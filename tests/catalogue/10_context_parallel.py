@@ -5,7 +5,7 @@ they write ring attention for the first time. ``tests`` keeps each bug to the gr
 that concern it (the distributed ones cost seconds a run), so ``--prove`` stays short.
 """
 
-from grading.catalogue import Bug
+from grading.notebook.catalogue import Bug
 
 BLOCKING_EXCHANGE = """for op in ops:  # blocking: send K, send V, then receive
                 if op.op is dist.isend:

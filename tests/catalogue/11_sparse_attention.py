@@ -1,7 +1,7 @@
 """Wrong implementations of Chapter 11 that the graders must reject: the mistakes people
 make when they first write top-k masses, eviction scores, page bounds and block gates."""
 
-from grading.catalogue import Bug
+from grading.notebook.catalogue import Bug
 
 # Where a diagnosis sends the student: the title of the section that teaches each exercise.
 SECTIONS = {

@@ -4,7 +4,7 @@ The development ``.venv`` has ``pip install -e .`` of this checkout: ``grading``
 ``modellab``, ``distlab`` and the pytest entry point that loads the grading plugin are
 importable from any folder. Gradescope's image (``tools/gradescope/setup.sh``) and an
 nbgrader kernel have none of that. A test that grades with ``.venv`` proves nothing about
-them (issue 27), so the tests of those front doors use :func:`make_isolated_python`.
+them, so the tests of those front doors use :func:`make_isolated_python`.
 
 It makes a virtual environment from the same base interpreter whose ``site-packages`` is
 ``.venv``'s, hard-linked file by file (a second of work, no bytes copied: hard links need

@@ -1,4 +1,4 @@
-"""The batch grader survives the ten faults of issue 8, each as a fixture submission.
+"""The batch grader survives ten kinds of fault, each as a fixture submission.
 
 The submissions are made here, at run time, from ``solutions/01_kv_memory.ipynb``
 with one fault injected each; one batch run grades them all (Chapter 1 only, two
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import csv
-import json
 import re
 import subprocess
 import sys
@@ -19,9 +18,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading import gradebook as gb
-from grading.batch import structure_review
-from grading.matching import Chapter, match_folder, match_name, normalize
+from grading.classroom import gradebook as gb
+from grading.classroom.grade import structure_review
+from grading.classroom.matching import Chapter, match_folder, match_name, normalize
 from grading.outcome import TestOutcome
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ expected values with.
 A test of exercise N compares the notebook's answer with ``ref.f(...)``. If ``f`` were in
 the contestant (the process that runs the student's code), a student could call it and
 hand its answer back. The contestant of N is sent only the references that must run
-beside the notebook's objects (``grading.substitute.reference_package``), cut to what
+beside the notebook's objects (``grading.judge.substitute.reference_package``), cut to what
 they use; every plain function of plain values is answered by the judge instead. These
 tests list what a contestant of every exercise of every chapter is sent, and what a
 contestant can find in its own memory, and fail if either holds such an ``f``.
@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from grading import substitute
+from grading.judge import substitute
 from grading.layout import discover_chapters
 
 CHAPTERS = [c for c in discover_chapters() if c.test_file.exists()]

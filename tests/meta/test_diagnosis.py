@@ -9,8 +9,9 @@ import sys
 import nbformat
 import pytest
 
-from grading import diagnosis, substitute
-from grading.catalogue import load_catalogue, load_sections
+from grading.judge import substitute
+from grading import alternatives, diagnosis
+from grading.notebook.catalogue import load_catalogue, load_sections
 from grading.layout import ROOT, SOLUTIONS, TESTS, discover_chapters
 
 MISTAKE = "This looks like a known mistake"
@@ -148,7 +149,7 @@ def test_a_mistake_the_catalogue_does_not_know_gets_nothing_extra(tmp_path):
     assert "failed" in out and MISTAKE not in out, out[-3000:]
 
 
-# -- kinds of mistake (grading.diagnosis.KINDS): recognised without a catalogue entry ----
+# -- kinds of mistake (grading.alternatives.KINDS): recognised without a catalogue entry ----
 def _gqa_reference(q, k):
     """A tiny GQA exercise's reference: out[b, h] = q[b, h] * k[b, h // G] (per query head)."""
     G = q.shape[1] // k.shape[1]
@@ -170,7 +171,7 @@ def _inputs(H=6, H_kv=3):
 
 
 def test_the_modulo_order_gives_each_group_the_heads_h_mod_h_kv():
-    order = diagnosis.group_modulo_order(6, 3)
+    order = alternatives.group_modulo_order(6, 3)
     assert order == [0, 3, 1, 4, 2, 5]
     assert [order[p] % 3 for p in range(6)] == [p // 2 for p in range(6)]
 
@@ -186,26 +187,26 @@ def test_heads_grouped_as_h_mod_h_kv_are_recognised_and_nothing_else(reference, 
     q, k = _inputs()
     B, H, d = q.shape
     H_kv = k.shape[1]
-    alternative = diagnosis.heads_grouped_modulo(reference, (q, k), H, H_kv, {0: 1}, out_axis)
+    alternative = alternatives.heads_grouped_modulo(reference, (q, k), H, H_kv, {0: 1}, out_axis)
     if out_axis == 1:
         wrong = q * k.repeat(1, H // H_kv, 1)  # query head h reads KV head h % H_kv
     else:
         wrong = (q.reshape(B, H // H_kv, H_kv, d).transpose(1, 2) * k[:, :, None]).sum(dim=(2, 3))
     agree = lambda a, b: torch.allclose(a, b, rtol=0, atol=1e-12)  # noqa: E731 - a sum over other heads, other order
-    assert diagnosis.recognise(wrong, [alternative], agree) == "heads_grouped_modulo"
-    assert diagnosis.recognise(reference(q, k), [alternative], agree) is None
-    assert diagnosis.recognise(wrong * 2, [alternative], agree) is None
-    assert diagnosis.heads_grouped_modulo(reference, (q[:, :3], k), 3, 3, {0: 1}, out_axis) is None  # G = 1
-    assert diagnosis.heads_grouped_modulo(reference, (q, k[:, :1]), 6, 1, {0: 1}, out_axis) is None  # one KV head
+    assert alternatives.recognise(wrong, [alternative], agree) == "heads_grouped_modulo"
+    assert alternatives.recognise(reference(q, k), [alternative], agree) is None
+    assert alternatives.recognise(wrong * 2, [alternative], agree) is None
+    assert alternatives.heads_grouped_modulo(reference, (q[:, :3], k), 3, 3, {0: 1}, out_axis) is None  # G = 1
+    assert alternatives.heads_grouped_modulo(reference, (q, k[:, :1]), 6, 1, {0: 1}, out_axis) is None  # one KV head
 
 
 def test_an_alternative_that_cannot_be_computed_recognises_nothing():
-    from grading.replay import NotRecorded
+    from grading.judge.replay import NotRecorded
 
     def missing():
         raise NotRecorded("the release holds no expected value for this input")
 
-    assert diagnosis.recognise(1.0, [diagnosis.Alternative("heads_grouped_modulo", missing), None],
+    assert alternatives.recognise(1.0, [alternatives.Alternative("heads_grouped_modulo", missing), None],
                                lambda a, b: True) is None
 
 
@@ -216,7 +217,7 @@ def test_the_release_recognises_a_kind_from_recorded_values_alone(tmp_path, monk
 
     import torch
 
-    from grading import replay
+    from grading.judge import replay
 
     module = types.ModuleType("tests.references.ref_99_kinds")
     exec(compile("import torch\n"
@@ -226,14 +227,16 @@ def test_the_release_recognises_a_kind_from_recorded_values_alone(tmp_path, monk
     recorder = replay.Recorder()
     recorder.wrap_module(module)
     monkeypatch.setattr(replay, "_RECORDER", recorder)
+    monkeypatch.setattr(alternatives, "RECORDING", True)
     q, k = _inputs()
-    diagnosis.record_alternatives([diagnosis.heads_grouped_modulo(module.gqa, (q, k), 6, 3, {0: 1}, 1)])
+    alternatives.record_alternatives([alternatives.heads_grouped_modulo(module.gqa, (q, k), 6, 3, {0: 1}, 1)])
     recorder.write(tmp_path, [])
     monkeypatch.setattr(replay, "_RECORDER", None)
+    monkeypatch.setattr(alternatives, "RECORDING", False)
     replayed = replay.ReplayModule("tests.references.ref_99_kinds", tmp_path / "99_kinds.npz")
-    alternative = diagnosis.heads_grouped_modulo(replayed.gqa, (q, k), 6, 3, {0: 1}, 1)
+    alternative = alternatives.heads_grouped_modulo(replayed.gqa, (q, k), 6, 3, {0: 1}, 1)
     wrong = q * k.repeat(1, 2, 1)
-    assert diagnosis.recognise(wrong, [alternative], torch.equal) == "heads_grouped_modulo"
+    assert alternatives.recognise(wrong, [alternative], torch.equal) == "heads_grouped_modulo"
 
 
 def _message_with(kind):

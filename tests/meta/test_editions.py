@@ -210,7 +210,7 @@ def _exercise_notebooks() -> list[tuple[Path, Path]]:
 @pytest.mark.parametrize("top, path", _exercise_notebooks(),
                          ids=[str(path.relative_to(ROOT)) for _top, path in _exercise_notebooks()])
 def test_each_exercise_notebook_prints_a_command_that_grades_itself(top, path):
-    """The grader opens ``<--notebooks folder>/<stem>.ipynb`` (grading/plugin.py,
+    """The grader opens ``<--notebooks folder>/<stem>.ipynb`` (grading/judge/plugin.py,
     notebook_dir), so the command a notebook prints, run from the top folder, must name
     that notebook's own folder: ``exercises/zh_CN/`` in a Chinese one."""
     commands = _printed_commands(path)

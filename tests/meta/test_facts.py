@@ -1,4 +1,4 @@
-"""Facts the chapters must keep, checked in their source (issues 18 and 21).
+"""Facts the chapters must keep, checked in their source.
 
 The numbers themselves are computed by the chapters' cells, several of which assert
 what they rely on (Chapter 1: the HBM labels match the reported totals in GiB, and no

@@ -1,4 +1,4 @@
-"""The Gradescope autograder, proven without Gradescope (issue 15, item 1; issue 27, item 1).
+"""The Gradescope autograder, proven without Gradescope.
 
 The zip is built (Chapters 1 and 3, with one hidden test; and every chapter), unpacked into
 a temporary folder that stands in for ``/autograder`` (``source/`` holds the zip's files,
@@ -35,7 +35,7 @@ import nbformat
 import pytest
 
 from grading import gradescope
-from grading.catalogue import load_catalogue
+from grading.notebook.catalogue import load_catalogue
 from grading.layout import EXERCISES, SOLUTIONS, TESTS
 from grading.pins import grader_requirements
 from tests.meta.isolated_python import assert_isolated, clean_env, make_isolated_python

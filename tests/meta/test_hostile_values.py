@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading import sandbox
+from grading.proc import sandbox
 from grading.layout import EXERCISES, ROOT, SOLUTIONS
 
 STEM = "01_kv_memory"
@@ -59,7 +59,7 @@ LIARS = {
                     "        return others[0] if others else torch.tensor(True)\n"
                     + REPLACE_ALL.format(value="torch.zeros(1).as_subclass(Liar)"),
     # The grading child's own result writer, patched where the notebook can reach it.
-    "patch_collector": "import sys, importlib\ntry:\n    _c = importlib.import_module('grading.child')\n"
+    "patch_collector": "import sys, importlib\ntry:\n    _c = importlib.import_module('grading.judge.main')\n"
                        "    _c.Collector.emit = lambda self, obj: None\nexcept Exception:\n    pass\n"
                        "for _m in list(sys.modules.values()):\n    _cls = getattr(_m, 'Collector', None)\n"
                        "    if isinstance(_cls, type):\n        _cls.emit = lambda self, obj: None\n",

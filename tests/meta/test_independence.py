@@ -1,4 +1,4 @@
-"""Each exercise is graded where its code lives (issue 16, grading.substitute).
+"""Each exercise is graded where its code lives (grading.judge.substitute).
 
 ``pytest --prove`` runs the dynamic half for every chapter that declares
 ``SUBSTITUTES`` in its reference module: each test of exercise N.M also runs on the
@@ -27,8 +27,8 @@ import pytest
 import torch
 
 from distlab import run_on_ranks
-from grading import substitute
-from grading.catalogue import load_catalogue
+from grading.judge import substitute
+from grading.notebook.catalogue import load_catalogue
 from grading.compare import GradingFailure
 from grading.layout import cell_source, chapter_of_test_file, discover_chapters
 
@@ -64,7 +64,7 @@ def test_every_chapter_is_graded_per_exercise_or_says_why_not():
             assert chapter.stem not in NOT_YET, f"{chapter.stem} is graded per exercise: take it off NOT_YET"
         else:
             assert chapter.stem in NOT_YET, (
-                f"{chapter.stem}: declare SUBSTITUTES in {chapter.reference.name} (grading.substitute) "
+                f"{chapter.stem}: declare SUBSTITUTES in {chapter.reference.name} (grading.judge.substitute) "
                 f"or say in NOT_YET why its exercises are not graded alone")
 
 
@@ -198,7 +198,7 @@ def test_owned_names_follow_the_stub_lines():
     owned = substitute.owned_names(chapter.exercise)
     assert owned["BlockAllocator.allocate"] == "2.2" and owned["append"] == "2.3" and owned["free"] == "2.5"
     assert "PagedKVCache.__init__" not in owned and "waste_fraction" not in owned
-    importlib.import_module("grading.plugin")  # the fixture's home imports cleanly
+    importlib.import_module("grading.judge.plugin")  # the fixture's home imports cleanly
 
 
 def _helper(x):

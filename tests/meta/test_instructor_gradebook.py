@@ -1,4 +1,4 @@
-"""What an instructor needs from the gradebook (issue 15, item 4), on Chapter 1 with two workers.
+"""What an instructor needs from the gradebook, on Chapter 1 with two workers.
 
 A class of three: ``alice`` (solved, plus a stray ``Untitled.ipynb``), ``bob`` (solved but
 Exercise 1.2 raises a NameError) and ``carol`` (the stub). A roster maps the folder
@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading import gradebook as gb
+from grading.classroom import gradebook as gb
 from grading.layout import EXERCISES, SOLUTIONS
 
 STEM = "01_kv_memory"

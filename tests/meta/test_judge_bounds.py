@@ -3,7 +3,7 @@
 - The wire decoder names each byte of a message once: tensors whose ranges overlap,
   lie outside the message or total more than it are refused (one 8 MiB buffer named by
   450 tensors would be 3.6 GiB in the judge), before anything is copied.
-- The judge runs under a memory limit of its own (``grading.runner.judge_memory_mb``).
+- The judge runs under a memory limit of its own (``grading.proc.judges.judge_memory_mb``).
 - A hidden test's notebook is the chapter's, spawned exactly as a public test's.
 - Feedback never shows a hidden test's name, message or count.
 
@@ -16,14 +16,12 @@ import json
 import resource
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import nbformat
 import pytest
 import torch
 
-from grading import gradebook as gb
+from grading.classroom import gradebook as gb
 from grading import gradescope, wire
 from grading.layout import ROOT, SOLUTIONS
 
@@ -103,7 +101,7 @@ def test_more_than_the_message_in_total_is_refused():
 
 
 def test_the_encoder_refuses_a_value_over_the_cap(monkeypatch):
-    monkeypatch.setattr(wire, "BUFFERS_CAP", 1000)
+    monkeypatch.setattr(wire.values, "BUFFERS_CAP", 1000)  # where the encoder reads it
     with pytest.raises(wire.WireError, match="over the cap"):
         wire.Encoder().encode([torch.zeros(200), torch.zeros(200)])
 
@@ -182,11 +180,11 @@ def test_another_exercise(nb):
 
 
 def test_a_hidden_tests_contestant_is_spawned_as_a_public_ones(tmp_path, monkeypatch):
-    """A public and a hidden grader of Chapter 1, one judge (grading.child by way of
-    grading.runner), each asking the notebook what it sees of how it was started: the
+    """A public and a hidden grader of Chapter 1, one judge (grading.judge.main by way of
+    grading.proc.judges), each asking the notebook what it sees of how it was started: the
     two answers are the same, field by field. A test of another exercise runs between
     them, so the hidden test's contestant is a fresh one, not the public test's."""
-    from grading import runner
+    from grading.proc import judges as runner
     from grading.layout import ROOT
 
     # The real graders sit in tests/, from which pytest puts the repository on the judge's
@@ -220,11 +218,11 @@ def test_a_hidden_tests_contestant_is_spawned_as_a_public_ones(tmp_path, monkeyp
 
 # -- the judge's own memory limit ------------------------------------------------------------------
 def test_the_judge_runs_under_its_own_memory_limit():
-    from grading import runner
+    from grading.proc import judges as runner
 
     assert runner.judge_memory_mb(0) == 0  # no limit asked (the plan's collection)
     assert runner.judge_memory_mb(3000) == 3000 + runner.JUDGE_OWN_MB
-    code = ("import json, sys, resource\nfrom grading import child\n"
+    code = ("import json, sys, resource\nfrom grading.judge import main as child\n"
             "child.limit_memory({'judge_memory_mb': 1500})\n"
             "print(json.dumps([resource.getrlimit(resource.RLIMIT_DATA)]))\n"
             "try:\n    bytearray(2000 * 2**20)\nexcept MemoryError:\n    print('refused')\n")

@@ -1,10 +1,10 @@
-"""Grades in and out of an LMS without hand work (issue 27, items 4, 7, 8 and 9).
+"""Grades in and out of an LMS without hand work.
 
 - A bulk download as Canvas, Moodle (in folders and flattened) and Blackboard name it is
   read as one submission per student, and each student part is matched to the roster
-  (``grading/lms.py``, ``grading.gradebook.match_roster``).
+  (``grading/classroom/lms.py``, ``grading.classroom.gradebook.match_roster``).
 - ``gradebook_canvas.csv`` has Canvas's import header and a ``Points Possible`` row.
-- Late work: the policy, the one function that applies it (``grading/late.py``), the
+- Late work: the policy, the one function that applies it (``grading/classroom/late.py``), the
   submission time from Gradescope's ``submission_metadata.json``.
 - Overrides may name the student by roster id.
 - One round trip through ``python -m grading.batch``: a Canvas download graded with
@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from grading import gradebook as gb
-from grading import late, lms
+from grading.classroom import gradebook as gb
+from grading.classroom import late
+from grading.classroom import lms
 from grading.layout import EXERCISES, ROOT, SOLUTIONS, discover_chapters
-from grading.matching import list_students, match_folder
+from grading.classroom.matching import list_students, match_folder
 
 STEM = "01_kv_memory"
 SOLVED, UNSOLVED = SOLUTIONS / f"{STEM}.ipynb", EXERCISES / f"{STEM}.ipynb"
@@ -373,15 +374,15 @@ def test_no_grade_is_an_empty_cell_and_feedback_says_why(tmp_path):
 def test_a_notebook_no_chapter_claimed_leaves_the_chapter_for_review_under_its_own_name(tmp_path):
     """A Canvas download's homework1.ipynb: the chapter is waiting for review (not missing),
     and every message names the student's file, never our scratch copy (``000/...``)."""
-    from grading import batch
+    from grading.classroom import grade
 
     folder = _download(tmp_path / "canvas", {"smithalice_12345_678901_homework1.ipynb": SOLVED})
     (alice,), _ = lms.gather(folder, tmp_path / "scratch")
-    sub = batch.open_submission("smithalice", alice.folder, CHAPTERS[:1], tmp_path / "scratch")
+    sub = grade.open_submission("smithalice", alice.folder, CHAPTERS[:1], tmp_path / "scratch")
     assert [name for name, _ in sub.unmatched] == ["homework1.ipynb"]
-    rows = batch.submission_rows("smithalice", sub, CHAPTERS[:1])
+    rows = grade.submission_rows("smithalice", sub, CHAPTERS[:1])
     assert rows[0].message.startswith("homework1.ipynb was not matched") and rows[0].status == gb.REVIEW
-    (task,) = batch.submission_tasks("smithalice", sub, CHAPTERS[:1])
+    (task,) = grade.submission_tasks("smithalice", sub, CHAPTERS[:1])
     assert task.notebook is None and "homework1.ipynb was not matched" in task.note
     assert "instructor's review" in task.note and "000" not in task.note
 

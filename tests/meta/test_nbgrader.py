@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading.catalogue import load_catalogue
+from grading.notebook.catalogue import load_catalogue
 from grading.layout import ROOT
 from grading.nbgrader import (AUTOGRADER_SUFFIX, ENV, ExercisePoints, annotate, autograde,
                               autograder_source, is_autograder_cell)
@@ -178,7 +178,7 @@ def test_annotate_is_idempotent_and_changes_only_metadata_and_autograder_cells()
         annotate(nb, STEM, {e: p for e, p in points.items() if e != "1.3"})
 
 
-# -- a kernel that cannot import the grader is an error, not a zero (issue 27, item 3) ------------
+# -- a kernel that cannot import the grader is an error, not a zero ------------
 SHIPPED_CONFIG = ROOT / "tools" / "nbgrader" / "nbgrader_config.py"
 
 
@@ -234,7 +234,7 @@ def test_a_kernel_that_cannot_import_the_grader_fails_autograde_loudly(tmp_path)
 
 
 def test_without_the_shipped_config_the_same_kernel_is_a_silent_zero(tmp_path):
-    """What the shipped configuration prevents (issue 27): nbgrader records the raised
+    """What the shipped configuration prevents: nbgrader records the raised
     autograder cells as failed grade cells and exits 0."""
     if not (BIN / "nbgrader").exists():
         pytest.fail(f"nbgrader is not installed in {BIN.parent}")

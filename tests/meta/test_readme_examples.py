@@ -1,4 +1,4 @@
-"""The README's examples for instructors run as written (issue 27, item 4).
+"""The README's examples for instructors run as written.
 
 Every command of the README's "Grading a class" section (its ``bash`` blocks) and every
 file it shows (its ``csv NAME`` blocks) is taken from the README itself, not copied
@@ -25,7 +25,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading.catalogue import load_catalogue
+from grading.notebook.catalogue import load_catalogue
 from grading.layout import EXERCISES, ROOT, SOLUTIONS
 
 STEM = "01_kv_memory"

@@ -1,4 +1,4 @@
-"""The student edition (issue 15, item 3): ``make release`` writes ``_build/release/``.
+"""The student edition: ``make release`` writes ``_build/release/``.
 
 Building the book is the expensive part, so ``make test`` runs ``make release`` once and
 these tests check the folder it left; run alone without it, they are skipped with that
@@ -20,7 +20,7 @@ import nbformat
 import pytest
 
 from grading import release
-from grading.catalogue import load_catalogue
+from grading.notebook.catalogue import load_catalogue
 from grading.layout import RELEASE, ROOT, SOLUTIONS, discover_chapters
 
 STEM = "01_kv_memory"
@@ -96,7 +96,7 @@ def test_graders_run_from_inside_the_release(tmp_path):
 def test_a_catalogue_bug_graded_from_the_release_is_diagnosed(tmp_path):
     """Issue 26, item 2: the release ships the diagnosis tables (names, hints, sections,
     outputs; no bug code), so a known mistake graded there is named as in the repository."""
-    from grading.catalogue import load_catalogue
+    from grading.notebook.catalogue import load_catalogue
 
     stem = "10_context_parallel"
     bug = next(b for b in load_catalogue(stem) if b.name == "merge_lse_overflows")
@@ -229,7 +229,7 @@ def test_recorded_values_keep_dtypes_numpy_lacks():
     recorder cannot store is skipped, and the release then has no expected value for it."""
     import torch
 
-    from grading import replay
+    from grading.judge import replay
 
     arrays = []
     for t in (torch.tensor([1.5, -448.0, 2.0**-9]).to(torch.float8_e4m3fn), torch.tensor([1.25]).bfloat16()):

@@ -15,12 +15,12 @@ import sys
 
 import pytest
 
-from grading import sandbox
+from grading.proc import sandbox
 from grading.layout import ROOT
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="uids are leased only by a grader run as root")
 
-HOLD = "from grading import sandbox; import sys; lease = sandbox.UidLease(); print(lease.uid, flush=True); sys.stdin.read()"
+HOLD = "from grading.proc import sandbox; import sys; lease = sandbox.UidLease(); print(lease.uid, flush=True); sys.stdin.read()"
 
 
 def test_two_leases_in_one_process_differ_and_a_released_uid_is_free_again():
@@ -60,6 +60,6 @@ def test_another_process_never_gets_a_held_uid_and_a_dead_holder_frees_it():
 
 def test_a_process_keeps_one_uid_for_its_contestants():
     assert sandbox.process_uid() == sandbox.process_uid()
-    other = subprocess.run([sys.executable, "-c", "from grading import sandbox; print(sandbox.process_uid())"],
+    other = subprocess.run([sys.executable, "-c", "from grading.proc import sandbox; print(sandbox.process_uid())"],
                            cwd=ROOT, capture_output=True, text=True, check=True)
     assert int(other.stdout) != sandbox.process_uid()

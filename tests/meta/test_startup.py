@@ -20,8 +20,8 @@ import types
 
 import pytest
 
-from grading import launcher as launcher_module
-from grading import plugin
+from grading.proc import zygote as launcher_module
+from grading.judge import plugin
 from grading.layout import PYTEST_INI, ROOT
 
 # Modules a judge or a zygote has no use for on the way to its first test.
@@ -34,7 +34,7 @@ def test_judge_and_zygote_imports_leave_out_the_compiler_and_hypothesis():
     torch is deterministic all the same, inductor included once something imports it."""
     code = f"""
 import json, sys
-import grading.plugin, grading.contestant, grading.loader, grading.substitute, grading.compare
+import grading.judge.plugin, grading.contestant.main, grading.notebook.loader, grading.judge.substitute, grading.compare
 from grading.determinism import make_deterministic
 import torch
 make_deterministic()
@@ -135,11 +135,11 @@ def test_torch_is_made_deterministic_in_one_place():
 
 
 def test_release_profile_waits_for_hypothesis_and_meets_it_first():
-    """The student edition's no-shrinking profile (grading.replay) imports hypothesis only
+    """The student edition's no-shrinking profile (grading.judge.replay) imports hypothesis only
     when a test does, and is in force before that test's own ``@settings`` are made."""
     code = """
 import json, sys
-from grading import replay
+from grading.judge import replay
 replay._no_shrinking()
 before = "hypothesis" in sys.modules
 from hypothesis import Phase, settings

@@ -16,7 +16,7 @@ Both sides are read structurally, never by matching text in the source:
 - the notebooks with :mod:`ast` per code cell of the stub the student gets (each
   ``def``/``class``, its docstring, and the exercise whose ``NotImplementedError`` it raises).
 
-The same holds for a result's type and precision (issue 26, item 4): a grader that fails
+The same holds for a result's type and precision: a grader that fails
 on ``not isinstance(got, int)``, on ``got.dtype != torch.int64`` or on
 ``assert_close(..., dtype=torch.float64)``, or that compares with a relative tolerance
 below float32's epsilon (``rtol=1e-12``, ``abs(got - want) > 1e-12 * want``), needs the
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import pytest
 
 from grading.layout import EXERCISE_ID, cell_source, discover_chapters, exercise_of_marker
-from grading.loader import read_notebook
+from grading.notebook.loader import read_notebook
 from grading.stubs import make_stub
 
 CHAPTERS = [c for c in discover_chapters() if c.number != 7]  # Chapter 7 is being rewritten on another branch
@@ -292,7 +292,7 @@ def test_validation_helpers_live_in_one_hidden_cell():
         assert len(cells) <= 1, f"{chapter.solution.name}: validation helpers in cells {cells}; keep them in one cell"
 
 
-# -- return types and stated precision (issue 26, item 4) -----------------------------
+# -- return types and stated precision -----------------------------
 #
 # A grader that checks the Python type of a result (``isinstance(got, int)``), a tensor's
 # dtype (``got.dtype != torch.int64``, ``assert_close(..., dtype=torch.float64)``) or

@@ -1,4 +1,4 @@
-"""grading.triton_bounds: every interpreted load and store stays inside its tensor.
+"""grading.contestant.triton_bounds: every interpreted load and store stays inside its tensor.
 
 Hand-written kernels run under TRITON_INTERPRET=1 in this process. The out-of-bounds ones
 are safe to run: the checker raises before the interpreter touches the memory. The last
@@ -11,10 +11,10 @@ import nbformat
 import pytest
 import torch
 
-from grading.catalogue import load_catalogue
+from grading.notebook.catalogue import load_catalogue
 from grading.compare import GradingFailure
 from grading.layout import SOLUTIONS
-from grading.triton_bounds import OutOfBoundsAccess, bounds_checked
+from grading.contestant.triton_bounds import OutOfBoundsAccess, bounds_checked
 
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")

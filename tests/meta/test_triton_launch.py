@@ -1,4 +1,4 @@
-"""grading.triton_launch: Chapter 7's answers must come from their kernels.
+"""grading.judge.triton_launch: Chapter 7's answers must come from their kernels.
 
 The judge's reading of the notebook's text (which kernel a wrapper launches) runs on the
 solution and on catalogue bugs, without running any cell; the contestant's evidence (what
@@ -12,9 +12,9 @@ import nbformat
 import pytest
 import torch
 
-from grading.catalogue import load_catalogue
+from grading.notebook.catalogue import load_catalogue
 from grading.layout import SOLUTIONS
-from grading.triton_launch import (Launches, dynamic_launch_problem, jit_problem, launched_kernels,
+from grading.judge.triton_launch import (Launches, dynamic_launch_problem, jit_problem, launched_kernels,
                                    static_launch_problem)
 
 triton = pytest.importorskip("triton")
@@ -80,7 +80,7 @@ def _add(x, y, out, n, BLOCK: tl.constexpr):
 
 
 def test_the_stores_say_which_tensor_the_kernel_wrote(monkeypatch):
-    from grading.triton_bounds import bounds_checked
+    from grading.contestant.triton_bounds import bounds_checked
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # triton.jit reads it when it wraps a function
     add = triton.jit(_add)

@@ -61,7 +61,7 @@ def variant_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size, dtype
     return elements_to_bytes(total_elements * batch_size, dtype)
 
 
-# -- References for the exercises' own API (grading.substitute) --------------------
+# -- References for the exercises' own API (grading.judge.substitute) --------------------
 # While a test of one exercise runs, the other exercises' functions in the student's
 # notebook are these: the formulas above with the errors each docstring promises.
 

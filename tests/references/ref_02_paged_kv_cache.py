@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from grading.substitute import beside
+from grading.contestant.swap import beside
 
 
 def pages_needed(num_tokens: int, page_size: int) -> int:
@@ -114,7 +114,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     return out
 
 
-# -- References for the exercises' own API (grading.substitute) --------------------
+# -- References for the exercises' own API (grading.judge.substitute) --------------------
 # While a test of one exercise runs, the other exercises' functions and methods in the
 # student's notebook are these: written on the book's documented state (pool layout
 # ``pool[page, 0 or 1, slot]``, ``block_tables``, ``seq_lens``, the allocator's

@@ -65,7 +65,7 @@ def rows(x: torch.Tensor) -> list[list[float]]:
     return x.detach().double().reshape(-1, x.shape[-1]).tolist()
 
 
-# -- Input checks of the substitutes (grading.substitute), as the docstrings state them --
+# -- Input checks of the substitutes (grading.judge.substitute), as the docstrings state them --
 def _require_int(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
@@ -164,7 +164,7 @@ def asym_dequant(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group
 
 
 # -- Exercise 3.4: nibble packing -------------------------------------------------------
-# Also the substitutes for 3.4 (grading.substitute): with the errors the docstrings promise.
+# Also the substitutes for 3.4 (grading.judge.substitute): with the errors the docstrings promise.
 def pack_int4(q):
     """q: (..., d) uint8 codes in [0, 15], d even -> (..., d // 2) uint8 with byte i =
     q[2i] + 16 q[2i+1] (element 2i in the low nibble), one byte at a time."""
@@ -368,7 +368,7 @@ def fp8_roundtrip_rotated_expected(x: torch.Tensor, per_head: bool, dtype_name: 
     return (codes * s) @ rot.T
 
 
-# -- References for the exercises' own API (grading.substitute) --------------------
+# -- References for the exercises' own API (grading.judge.substitute) --------------------
 # While a test of one exercise runs, the functions of the other exercises in the
 # student's notebook are these: 3.3 builds on 3.2's quantizer, and the cache of 3.6
 # calls 3.2, 3.3 and 3.4. Written from the exercises' docstrings and section 3.3's

@@ -89,7 +89,7 @@ def streaming_outputs(qs, ks, vs, window, num_sink, rope_mode, base=10000.0):
     return torch.cat(outs, dim=2)
 
 
-# -- References for the exercises' own API (grading.substitute) --------------------
+# -- References for the exercises' own API (grading.judge.substitute) --------------------
 # While a test of one exercise runs, the other exercises' functions and methods in the
 # student's notebook are these, swapped in method by method (so a SinkKVCache built on
 # the student's RingKVCache, by composition or by inheritance, gets these methods).

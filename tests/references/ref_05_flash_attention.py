@@ -56,7 +56,7 @@ def attention_fp64(q, k, v, causal=False):
 def attention_grads_fp64(q, k, v, causal, grad_out):
     """(dq, dk, dv) in fp64: autograd through :func:`attention_fp64`, for the output
     gradient ``grad_out`` (B, H, N_q, d). A function of its inputs, so the release can
-    store its result (grading.replay) where autograd through a stored value could not run."""
+    store its result (grading.judge.replay) where autograd through a stored value could not run."""
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
     out64, _ = attention_fp64(q64, k64, v64, causal)
     return torch.autograd.grad(out64, (q64, k64, v64), grad_out.double())
@@ -109,7 +109,7 @@ def decode_chunks(seq_len, num_splits):
     return chunks
 
 
-# -- References for the exercises' own API (grading.substitute) --------------------
+# -- References for the exercises' own API (grading.judge.substitute) --------------------
 # While a test of one exercise runs, the functions of the other exercises in the
 # student's notebook are these: written from the exercises' docstrings, out of place
 # where that is simpler, in the dtype of their inputs (the accumulation dtype, fp32 or

@@ -98,7 +98,7 @@ def hybrid_bytes(num_linear_layers, num_heads, head_dim_k, head_dim_v, num_atten
     return total * batch_size
 
 
-# -- References for the exercises' own API (grading.substitute) --------------------
+# -- References for the exercises' own API (grading.judge.substitute) --------------------
 # While a test of 6.6 runs, the student's kernels of 6.4 and 6.5 are these: the
 # per-token fp64 recurrence above, returned in q's dtype as the exercises return.
 

@@ -3,7 +3,7 @@ element-wise sum, a softmax from its definition, dense attention with an explici
 mask and an explicit repeat of the KV heads, and decode attention that gathers every
 token through the block table one at a time. Never imported from a notebook.
 
-``SUBSTITUTES`` (grading.substitute): while one exercise is graded, the notebook's
+``SUBSTITUTES`` (grading.judge.substitute): while one exercise is graded, the notebook's
 functions of the exercises it calls are references. The kernel references are
 ``@triton.jit`` functions in ref_07_triton_jit.py, named by string so that Triton is
 imported only where the swap is applied (see that module)."""
@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from grading.substitute import calling
+from grading.contestant.swap import calling
 
 
 def vector_add(x, y):

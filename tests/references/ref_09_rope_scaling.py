@@ -93,7 +93,7 @@ def rotate(x, positions, inv_freq, attention_factor=1.0):
     return torch.cat([out.real, out.imag], dim=-1)
 
 
-# -- References for the exercises' own API (grading.substitute) --------------------
+# -- References for the exercises' own API (grading.judge.substitute) --------------------
 # While a test of 9.3 to 9.6 runs, the student's rope_inv_freq (9.1) is this one:
 # the textbook formula, one Python float per frequency, with the errors of 9.1.
 

@@ -9,7 +9,7 @@ query that sees no key has output 0 and lse = -inf; lse is the natural log of
 sum_j exp(s_ij), s = q k^T / sqrt(d). Rank r sends to rank (r + 1) % P and receives
 from rank (r - 1) % P, so at step t it holds the block of rank (r - t) % P.
 
-``SUBSTITUTES`` (grading.substitute): while a test of one exercise runs, the other
+``SUBSTITUTES`` (grading.judge.substitute): while a test of one exercise runs, the other
 exercises' functions in the notebook are these, so that 10.2's ``ring_step`` is graded
 over this ``merge_attention`` and 10.6's ``ring_attention`` (in every gloo rank) over
 this ``ring_step`` and ``shard_positions``. They take the exercises' arguments, raise

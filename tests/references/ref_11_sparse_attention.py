@@ -223,7 +223,7 @@ def indexer_topk(q, k, weights, top_k):
             out[b, t, : len(chosen)] = torch.tensor(chosen, dtype=torch.long)
     return out
 
-# -- References for the exercises' own API (grading.substitute) --------------------
+# -- References for the exercises' own API (grading.judge.substitute) --------------------
 # quest_select (11.5) calls quest_upper_bound (11.4): while 11.5 is graded, this one
 # answers, with the errors 11.4 promises.
 

@@ -1,0 +1,421 @@
+"""One student's chapter graded: from a submission to gradebook rows.
+
+Every front door (``python -m grading.batch`` for a class, Gradescope's ``run_autograder``
+for one submission, nbgrader's ``autograde``) grades through :class:`Grader`: it starts a
+judge (:mod:`grading.proc.judges`) for each chapter a submission holds, reads the judge's
+typed records (its plan, each test's outcome, its exit record) and turns them into rows
+(:mod:`grading.classroom.rows`). :func:`grade_submission` is the whole of it for one
+submission.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from grading.classroom import gradebook as gb
+from grading.layout import EXERCISE_LINE, EXERCISES, ROOT, SOLUTIONS, cell_source
+from grading.classroom.matching import (Chapter, Submission, entry_kind, match_folder,
+                              unpack_zip)
+from grading.notebook.loader import MAX_CAPTURED_CHARS
+from grading.outcome import TestOutcome
+from grading.proc.judges import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, OUTPUT_CAP, ChildResult, run_child
+
+MAX_NOTEBOOK_BYTES = 50 * 2**20
+# The packages of this repository the judge imports: every file in them is fingerprinted,
+# so a list kept by hand cannot drift (grading.diagnosis and grading.contestant.triton_bounds once
+# fell out of one).
+GRADER_PACKAGES = ("grading", "gpucompile", "distlab", "modellab")
+WATCHED_PACKAGES = ("torch", "numpy", "pytest", "_pytest", "pluggy", "nbformat")
+
+
+# -- what must not change while we grade ------------------------------------------------
+def fingerprint(chapters: list[Chapter], hidden: list[Path]) -> dict[str, str]:
+    """Hashes of the graders in use (grading/, the chapters' tests and references, the
+    hidden tests) and the size and mtime of the top-level files of the packages the
+    graders trust. A child that changes them (through a subprocess, which the audit
+    hook cannot see) is caught afterwards."""
+    files = [p for package in GRADER_PACKAGES for p in sorted((ROOT / package).glob("*.py"))]
+    files += [ROOT / "tests" / "__init__.py", ROOT / "tests" / "conftest.py", *hidden]
+    files.append(ROOT / "tests" / "references" / "__init__.py")
+    for c in chapters:
+        # ref_NN_topic.py and the modules beside it (ref_07_triton_jit.py)
+        files += [c.test_file, *sorted((ROOT / "tests" / "references").glob(f"ref_{c.stem[:2]}_*.py"))]
+    out = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.exists()}
+    import importlib.util
+
+    for name in WATCHED_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        for folder in spec.submodule_search_locations:
+            for path in sorted(Path(folder).glob("*.py")):
+                st = path.stat()
+                out[str(path)] = f"{st.st_size}:{st.st_mtime_ns}"
+    return out
+
+
+@dataclass
+class Task:
+    student: str
+    chapter: Chapter
+    notebook: Path | None  # None: missing
+    note: str = ""  # why it is missing / ambiguous
+
+
+# -- a notebook's shape -------------------------------------------------------------------
+def exercise_cells(path: Path) -> list[str] | str:
+    """The exercise ids of the notebook's code cells, in order; or why it is unreadable."""
+    import nbformat
+
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return "the notebook file is empty"
+        if size > MAX_NOTEBOOK_BYTES:
+            return f"the notebook is {size // 2**20} MB, too large to grade (outputs saved in it?)"
+        nb = nbformat.read(path, as_version=4)
+    except Exception as exc:
+        return f"the notebook is not valid notebook JSON ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+    code = [c for c in nb.cells if c.get("cell_type") == "code"]
+    if not code:
+        return "the notebook has no code cells"
+    ids = []
+    for c in code:
+        ids += [m.group(1) for line in cell_source(c).splitlines() if (m := EXERCISE_LINE.match(line))]
+    return ids
+
+
+def structure_review(student_ids: list[str], solution_ids: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Exercises whose cells were deleted, duplicated or moved (compared with the
+    solution): {exercise: reason} for exercises that need a look if they fail, and notes."""
+    review, notes = {}, []
+    for ex in dict.fromkeys(solution_ids):
+        n = student_ids.count(ex)
+        if n == 0:
+            review[ex] = f"the cell of Exercise {ex} is missing from the notebook (deleted?)"
+        elif n > 1:
+            review[ex] = f"the cell of Exercise {ex} appears {n} times (the last one counts)"
+            notes.append(review[ex])
+    present = [ex for ex in dict.fromkeys(student_ids) if ex in solution_ids]
+    expected = [ex for ex in dict.fromkeys(solution_ids) if ex in present]
+    if present != expected:
+        moved = [a for a, b in zip(present, expected) if a != b]
+        notes.append("exercise cells are in a different order than in the exercise notebook: " + ", ".join(present))
+        for ex in moved:
+            review.setdefault(ex, f"the cell of Exercise {ex} was moved")
+    return review, notes
+
+
+def stream_problems(r: ChildResult, planned: set[str]) -> list[str]:
+    """What in a child's outcome lines could not come from one honest grading process:
+    a test reported twice (the process was forked, or lines were forged), a test that
+    was never planned, or lines after the end. Any of these voids the chapter."""
+    problems, seen, done = [], set(), False
+    for line in r.lines:
+        if done:
+            problems.append("outcome lines arrived after the grading process said it was done")
+            break
+        if line.get("kind") == "done":
+            done = True
+        elif line.get("kind") == "test":
+            nodeid = line.get("nodeid")
+            if nodeid in seen:
+                problems.append(f"a test was reported twice ({nodeid}): the grading process was forked "
+                                "or its results were written by the notebook")
+                break
+            if nodeid not in planned:
+                problems.append(f"an unknown test was reported ({str(nodeid)[:80]})")
+                break
+            seen.add(nodeid)
+    return problems
+
+
+# -- one task -------------------------------------------------------------------------------
+@dataclass
+class GradeConfig:
+    """What grading one student's chapter takes: every front door (this command, the
+    Gradescope autograder, nbgrader's autograder cells) builds one and hands it to :class:`Grader`."""
+
+    out: Path
+    submissions: Path
+    timeout: float = DEFAULT_TIMEOUT_S
+    memory_mb: int = DEFAULT_MEMORY_MB
+    threads: int = 1
+    cuda_devices: str = ""
+    extra_tests: Path | None = None
+
+    @classmethod
+    def from_args(cls, args) -> "GradeConfig":
+        return cls(out=args.out, submissions=args.submissions, timeout=args.timeout, memory_mb=args.memory_mb,
+                   threads=args.threads, cuda_devices=args.cuda_devices, extra_tests=args.extra_tests)
+
+
+class Grader:
+    """Grades tasks (one student's chapter each) with one configuration: ``prepare()`` once,
+    then ``grade_safely(task)`` per task, from any thread."""
+
+    def __init__(self, args: GradeConfig, chapters: list[Chapter], hidden: dict[str, list[Path]]):
+        self.args = args
+        self.chapters = chapters
+        self.hidden = hidden
+        self.plan: dict[str, list[dict]] = {}
+        self.solution_ids: dict[str, list[str]] = {}
+        self.baseline: dict[str, str] = {}
+        self.compromised = ""
+        self.peak_rss: dict[tuple[str, str], float] = {}  # (student, chapter) -> MiB, as the child reported
+        self.devices = itertools.cycle([d for d in args.cuda_devices.split(",") if d.strip()] or [""])
+        self.device_lock = threading.Lock()
+
+    def prepare(self):
+        """Fingerprint the graders (a change while grading stops the run) and collect the plan."""
+        self.baseline = fingerprint(self.chapters, [p for ps in self.hidden.values() for p in ps])
+        self.collect_plan()
+
+    def grade_safely(self, task: "Task") -> list[gb.Row] | None:
+        """The task's rows; a failure of ours costs this chapter (needs review), not the run;
+        None once the graders were found changed."""
+        if self.compromised:
+            return None
+        try:
+            return self.grade(task)
+        except Exception as exc:  # a bug of ours must cost one chapter, not the run
+            return gb.zero_rows(task.student, task.chapter.stem, self.plan[task.chapter.stem], gb.REVIEW,
+                                f"the grader failed on this chapter: {type(exc).__name__}: {exc}")
+
+    def collect_plan(self):
+        """Which tests each chapter has, their exercises and points (one collect-only child)."""
+        files = [str(c.test_file) for c in self.chapters]
+        hidden = [str(p) for ps in self.hidden.values() for p in ps]
+        result = run_child({"test_files": files, "hidden_files": hidden, "collect_only": True},
+                           timeout=max(self.args.timeout, 300), memory_mb=0, threads=1, hide=self.hide)
+        plans = result.of("plan")
+        if not plans or not plans[0]["tests"]:
+            raise SystemExit("could not collect the graders:\n" + result.output[-3000:])
+        errors = result.of("collect_error")
+        if errors:
+            raise SystemExit("the graders do not import:\n" + errors[0]["message"])
+        for c in self.chapters:
+            mine = {str(c.test_file.resolve())} | {f"hidden/{p.name}" for p in self.hidden.get(c.stem, [])}
+            self.plan[c.stem] = [t for t in plans[0]["tests"] if t["path"] in mine]
+            # The exercise cells' order; a tree without solutions (the autograder) has the stubs'.
+            source = SOLUTIONS / f"{c.stem}.ipynb"
+            ids = exercise_cells(source if source.exists() else EXERCISES / f"{c.stem}.ipynb")
+            self.solution_ids[c.stem] = ids if isinstance(ids, list) else []
+
+    def grade(self, task: Task) -> list[gb.Row]:
+        s, stem = task.student, task.chapter.stem
+        tests = self.plan[stem]
+        if task.notebook is None:
+            status = gb.REVIEW if task.note else gb.MISSING
+            return gb.zero_rows(s, stem, tests, status, task.note or f"no notebook for {stem} in the submission")
+        ids = exercise_cells(task.notebook)
+        if isinstance(ids, str):
+            return gb.zero_rows(s, stem, tests, gb.REVIEW, ids)
+        review, notes = structure_review(ids, self.solution_ids.get(stem, []))
+        files = {f"{stem}.ipynb": str(task.notebook)}
+        for h in self.hidden.get(stem, []):
+            hidden_stem = h.stem[len("test_"):]
+            files.setdefault(f"{hidden_stem}.ipynb", str(task.notebook))
+        with self.device_lock:
+            device = next(self.devices)
+        spec = {"chapter": stem, "test_files": [str(task.chapter.test_file)],
+                "hidden_files": [str(h) for h in self.hidden.get(stem, [])], "notebook_files": files}
+        result = run_child(spec, timeout=self.args.timeout, memory_mb=self.args.memory_mb,
+                           threads=self.args.threads, cuda_devices=device, hide=self.hide)
+        if result.peak_rss_mb is not None:
+            self.peak_rss[(s, stem)] = result.peak_rss_mb
+        rows = self.rows_from(s, stem, tests, result, review, notes)
+        now = fingerprint(self.chapters, [p for ps in self.hidden.values() for p in ps])
+        # Files that appeared since are ignored: nothing imports them.
+        changed = sorted(k for k in self.baseline if now.get(k) != self.baseline[k])
+        if changed:
+            self.compromised = f"{s} / {stem} changed {', '.join(changed[:5])}"
+            rows = gb.zero_rows(s, stem, tests, gb.TAMPERED, "files of the grader or of installed packages changed "
+                                f"while this chapter was graded: {', '.join(Path(c).name for c in changed[:5])}")
+        return rows
+
+    @property
+    def hide(self) -> list[Path]:
+        """What a sandboxed child must not see: the gradebook, the class's submissions
+        (another student's notebook), the hidden tests' folder."""
+        return [p for p in (self.args.out, self.args.submissions.resolve(), self.args.extra_tests) if p]
+
+    def rows_from(self, s: str, stem: str, tests: list[dict], r: ChildResult, review: dict,
+                  notes: list[str]) -> list[gb.Row]:
+        limit = f"{self.args.memory_mb} MB"
+        if r.timed_out:
+            return gb.zero_rows(s, stem, tests, gb.TIMED_OUT,
+                                f"grading this chapter took longer than {self.args.timeout:g} s and was stopped")
+        tamper = [v for line in r.of("tamper") for v in line["violations"]]
+        tamper += stream_problems(r, {t["nodeid"] for t in tests})
+        if tamper:
+            return gb.zero_rows(s, stem, tests, gb.TAMPERED, "; ".join(tamper)[:gb.MESSAGE_CHARS])
+        if not r.finished:
+            if gb.MEMORY_WORDS.search(r.output):
+                return gb.zero_rows(s, stem, tests, gb.MEMORY, f"the notebook ran out of memory (limit {limit})")
+            return gb.zero_rows(s, stem, tests, gb.CRASHED, gb.crash_text(r.returncode))
+        errors = r.of("collect_error")
+        if errors:
+            why = "the graders could not run: " + (errors[0].get("summary") or gb.one_line(errors[0]["message"]))
+            return gb.zero_rows(s, stem, tests, gb.REVIEW, why)
+        try:
+            outcomes = {o.nodeid: o for o in map(TestOutcome.from_json, r.of("test"))}
+        except ValueError as exc:  # only our own judge writes these lines: a bug, for review
+            return gb.zero_rows(s, stem, tests, gb.REVIEW, f"the judge's outcome lines could not be read: {exc}")
+        load = (r.of("load") or [{"problems": []}])[0]
+        unreadable = [p for p in load["problems"] if p["kind"] == "unreadable"]
+        if unreadable:
+            return gb.zero_rows(s, stem, tests, gb.REVIEW, gb.one_line(unreadable[0]["message"]))
+        memory_note = ""
+        for p in load["problems"]:
+            if p["kind"] == "error" and p.get("memory"):
+                memory_note = f"cell {p['cell']} ran out of memory (limit {limit})"
+                break
+        # Advice only (no points depend on it), kept to exercises that failed and cut to size.
+        diagnoses = {str(d.get("exercise")): gb.one_line(str(d.get("message", "")), 400)
+                     for line in r.of("diagnosis")[:1] for d in line.get("diagnoses", [])[:50]}
+        rows = gb.graded_rows(s, stem, tests, outcomes, review, memory_note, diagnoses)
+        if memory_note:
+            rows.append(gb.Row(s, stem, "", 0, 0, gb.MEMORY, memory_note))
+        for p in load["problems"]:
+            if p["kind"] == "error" and memory_note and p.get("memory"):
+                continue
+            if p["kind"] == "skipped":
+                text = f"cell {p['cell']}: {p['message']} (not run by the grader)"
+                rows.append(gb.Row(s, stem, "", 0, 0, gb.NOTE, text))
+            elif p["kind"] == "error":
+                text = f"cell {p['cell']} raised {gb.one_line(p['message'], 300)}"
+                rows.append(gb.Row(s, stem, "", 0, 0, gb.NOTE, text))
+        rows += [gb.Row(s, stem, "", 0, 0, gb.NOTE, n) for n in notes]
+        if load.get("output_chars", 0) >= MAX_CAPTURED_CHARS:
+            rows.append(gb.Row(s, stem, "", 0, 0, gb.NOTE, f"the notebook printed more than {MAX_CAPTURED_CHARS} "
+                                                           "characters; the rest of its output was discarded"))
+        elif r.output_bytes > OUTPUT_CAP:
+            rows.append(gb.Row(s, stem, "", 0, 0, gb.NOTE, f"the notebook printed more than {OUTPUT_CAP // 1024} KB; "
+                                                           "the rest of its output was discarded"))
+        return rows
+
+
+# -- one submission ---------------------------------------------------------------------------
+def submission_rows(student: str, sub: Submission, chapters: list[Chapter]) -> list[gb.Row]:
+    """Rows about the whole submission: a zip that could not be read, notebooks no
+    chapter claimed (needs review when a chapter is missing, a note otherwise; both
+    are listed in needs_review.md)."""
+    rows = []
+    if sub.problem:
+        rows.append(gb.Row(student, "", "", 0, 0, gb.REVIEW, sub.problem))
+    missing_any = any(c.stem not in sub.notebooks for c in chapters)
+    for name, reason in sub.unmatched:
+        rows.append(gb.Row(student, "", "", 0, 0, gb.REVIEW if missing_any else gb.NOTE,
+                           f"{name} {gb.UNMATCHED}: {reason}"))
+    return rows
+
+
+def submission_tasks(student: str, sub: Submission, chapters: list[Chapter]) -> list[Task]:
+    """One task per chapter, with why a chapter's notebook is missing or ambiguous. A
+    chapter without a notebook beside notebooks no chapter claimed is not missing: one of
+    those may be it, and a person decides (needs review, no grade until then)."""
+    tasks = []
+    unplaced = [name for name, _ in sub.unmatched]
+    for c in chapters:
+        note = ""
+        if c.stem in sub.ambiguous:
+            note = f"several different notebooks could be {c.stem}: {', '.join(sub.ambiguous[c.stem])}; keep one"
+        elif sub.problem:
+            note = sub.problem
+        elif c.stem not in sub.notebooks and unplaced:
+            note = (f"no notebook is named as {c.stem}, and {', '.join(unplaced)} "
+                    f"{'was' if len(unplaced) == 1 else 'were'} not matched to a chapter: "
+                    "waiting for the instructor's review")
+        tasks.append(Task(student, c, sub.notebooks.get(c.stem), note))
+    return tasks
+
+
+def open_submission(student: str, entry: Path, chapters: list[Chapter], scratch: Path, n: int = 0) -> Submission:
+    """A student's entry (a folder, or a zip unpacked into ``scratch``), matched to chapters.
+    An entry that is a link, a FIFO or a device, or whose files cannot be read, is a
+    problem of this student's (for review), never the class's."""
+    kind = entry_kind(entry)
+    if kind:
+        return Submission(student, problem=f"{entry.name} {kind}; it is not graded")
+    folder, problem = entry, ""
+    try:
+        if entry.suffix.lower() == ".zip" and entry.is_file():
+            folder = scratch / f"{n:05d}-{re.sub(r'[^A-Za-z0-9]+', '_', student)}"
+            problem = unpack_zip(entry, folder)
+        # A zip unpacked or an LMS's files gathered (grading.classroom.lms) are our copies, under scratch:
+        # what the student reads names their files, never our folders.
+        copied = folder.resolve().is_relative_to(scratch.resolve())
+        return Submission(student, problem=problem) if problem else match_folder(student, folder, chapters, copied)
+    except OSError as exc:
+        return Submission(student, problem=f"the submission's files could not be read ({os_error_text(exc)}); "
+                                           "it is not graded")
+
+
+def os_error_text(exc: OSError) -> str:
+    """An OSError as a student may read it: what went wrong and the file's name, without
+    the folder (a scratch folder of ours, or the instructor's)."""
+    name = Path(exc.filename).name if getattr(exc, "filename", None) else ""
+    return f"{exc.strerror or type(exc).__name__}" + (f": {name}" if name else "")
+
+
+def hidden_tests(folder: Path | None, chapters: list[Chapter]) -> dict[str, list[Path]]:
+    """Hidden test files, by chapter: ``test_NN_anything.py`` belongs to chapter NN."""
+    out: dict[str, list[Path]] = {}
+    if folder is None:
+        return out
+    for path in sorted(folder.glob("test_*.py")):
+        m = re.match(r"^test_(\d\d)_", path.name)
+        chapter = next((c for c in chapters if m and c.number == int(m.group(1))), None)
+        if chapter is None:
+            print(f"warning: hidden test {path.name} names no chapter being graded (test_NN_....py); ignored",
+                  file=sys.stderr)
+            continue
+        out.setdefault(chapter.stem, []).append(path.resolve())
+    return out
+
+
+# -- the front doors' one call ---------------------------------------------------------------
+class GraderChanged(RuntimeError):
+    """The grader's own files changed while grading: every grade of the run is in doubt."""
+
+
+def _finished(grader: Grader) -> None:
+    if grader.compromised:
+        raise GraderChanged(f"the grader's files changed while grading ({grader.compromised})")
+
+
+def grade_submission(config: GradeConfig, student: str, entry: Path, chapters: list[Chapter],
+                     hidden: dict | None = None, on_chapter=None) -> tuple[list[gb.Row], Grader]:
+    """Every row of one student's submission ``entry`` (a folder, a zip or one notebook):
+    the rows about the submission itself, then each chapter's, graded by its own judge.
+    ``on_chapter(stem)`` is told before each chapter. Returns the rows and the grader (its
+    peak memory per chapter); :class:`GraderChanged` if the grader's files changed."""
+    grader = Grader(config, chapters, hidden or {})
+    grader.prepare()
+    with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
+        sub = open_submission(student, entry, chapters, Path(scratch))
+        rows = submission_rows(student, sub, chapters)
+        for task in submission_tasks(student, sub, chapters):
+            if on_chapter is not None:
+                on_chapter(task.chapter.stem)
+            rows += grader.grade_safely(task) or []
+    _finished(grader)
+    return rows, grader
+
+
+def grade_chapter(config: GradeConfig, student: str, chapter: Chapter, notebook: Path) -> list[gb.Row]:
+    """The rows of one chapter's ``notebook``, found by the caller (nbgrader's folders name
+    it), graded by its own judge. :class:`GraderChanged` if the grader's files changed."""
+    grader = Grader(config, [chapter], {})
+    grader.prepare()
+    rows = grader.grade_safely(Task(student, chapter, notebook)) or []
+    _finished(grader)
+    return rows

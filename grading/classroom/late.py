@@ -1,0 +1,170 @@
+"""Late work: a due date, a penalty policy, and the one place that applies them.
+
+The policy (``--late-penalty``, README "Late work"): ``FRACTION[:CAP]``, a fraction of the
+points taken per started day (24 hours) after the due date, at most ``CAP`` (default 1,
+all of them). ``0.1:0.5`` takes 10% one second to 24 hours late, 20% up to 48 hours, and
+never more than 50%. Every graded row of a late submission is scaled by the same factor
+``1 - min(CAP, FRACTION * days)``; the gradebook keeps the grader's rows as they were
+(``.graded.csv``), and a note row says what was taken and why. An instructor's override
+sets the points after the penalty, so it wins.
+
+Where the submission time comes from: Gradescope's ``submission_metadata.json``
+(``created_at``, and the due date the student was given: ``users[].assignment.due_date``
+where Gradescope holds an extension, else ``assignment.due_date``); for the batch, a
+``submitted.csv`` (``--submitted``: ``student,submitted``, ISO times), or what an LMS's
+file names say (Blackboard's attempt time; Canvas's ``LATE_`` mark, which says late but
+not how late: one day, unless ``submitted.csv`` gives the time). File modification times
+are not used: a download, a copy or an unzip resets them.
+
+Times without a UTC offset are read in this machine's local time zone.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from grading.outcome import Status
+
+DAY = timedelta(days=1)
+POLICY = re.compile(r"^\s*(?P<per_day>\d*\.?\d+)\s*(?::\s*(?P<cap>\d*\.?\d+))?\s*$")
+
+
+def parse_time(text: str, what: str = "time") -> datetime:
+    """An ISO 8601 time (``2026-12-01T23:59``, ``...+01:00``, ``...Z``) as an aware datetime
+    (local time zone where it has no offset). Raises ValueError naming ``what``."""
+    try:
+        t = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{what}: {text!r} is not an ISO time like 2026-12-01T23:59 or "
+                         "2026-12-01T23:59:00+01:00") from None
+    return t if t.tzinfo else t.astimezone()
+
+
+@dataclass(frozen=True)
+class LatePolicy:
+    """``per_day``: the fraction of the points taken per started day late; ``cap``: the
+    most that is taken (0 < per_day, 0 <= cap <= 1)."""
+
+    per_day: float
+    cap: float = 1.0
+
+    @classmethod
+    def parse(cls, text: str) -> "LatePolicy":
+        """``"0.1"`` or ``"0.1:0.5"`` (``FRACTION[:CAP]``). Raises ValueError on anything else."""
+        m = POLICY.match(text or "")
+        if not m:
+            raise ValueError(f"--late-penalty {text!r}: expected FRACTION[:CAP] per started day late, "
+                             "e.g. 0.1 (10% a day) or 0.1:0.5 (10% a day, at most 50%)")
+        per_day, cap = float(m["per_day"]), float(m["cap"]) if m["cap"] else 1.0
+        if not (0 < per_day <= 1 and 0 <= cap <= 1):
+            raise ValueError(f"--late-penalty {text!r}: the fraction must be in (0, 1] and the cap in [0, 1]")
+        return cls(per_day, cap)
+
+    def text(self) -> str:
+        return f"{self.per_day:.0%} a started day late" + (f", at most {self.cap:.0%}" if self.cap < 1 else "")
+
+
+@dataclass(frozen=True)
+class Lateness:
+    """One submission against its due date: ``days`` started days late (0: on time),
+    ``factor`` what its points are multiplied by, ``note`` what the student reads.
+    Crosses into the gradebook and results.json as JSON (:meth:`to_json`)."""
+
+    days: int
+    factor: float
+    note: str
+    submitted: str = ""  # ISO, or "" when only a late mark was known
+    due: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Lateness":
+        return cls(int(data["days"]), float(data["factor"]), str(data["note"]),
+                   str(data.get("submitted", "")), str(data.get("due", "")))
+
+
+def lateness(submitted: datetime | None, due: datetime, policy: LatePolicy, *, marked_late: bool = False
+             ) -> Lateness:
+    """How late ``submitted`` is for ``due`` under ``policy``. ``submitted`` None with
+    ``marked_late`` (Canvas's mark without a time) counts as one day late; None without
+    it, as on time."""
+    if submitted is None:
+        if not marked_late:
+            return Lateness(0, 1.0, "", "", due.isoformat())
+        days, when = 1, "marked late by the LMS (no time given: counted as 1 day)"
+    else:
+        late_by = submitted - due
+        if late_by <= timedelta(0):
+            return Lateness(0, 1.0, "", submitted.isoformat(), due.isoformat())
+        days = math.ceil(late_by / DAY)
+        hours = late_by.total_seconds() / 3600
+        when = f"submitted {submitted.isoformat(timespec='minutes')}, {hours:.1f} h after the due date " \
+               f"{due.isoformat(timespec='minutes')} ({days} started day{'s' * (days > 1)})"
+    taken = min(policy.cap, policy.per_day * days)
+    note = f"late: {when}; {taken:.0%} of the points taken ({policy.text()})"
+    return Lateness(days, round(1.0 - taken, 6), note, submitted.isoformat() if submitted else "", due.isoformat())
+
+
+def apply(rows: list, late: Lateness | None) -> list:
+    """The rows of one student with the late penalty applied: every graded row's points
+    times ``late.factor`` (its message says so) and a note row per chapter of the
+    submission (one row, chapter "", when rows span several). ``rows``: gradebook rows
+    (:class:`grading.classroom.gradebook.Row`). Returns the rows unchanged when on time."""
+    from grading.classroom.rows import Row
+
+    if late is None or late.days == 0:
+        return list(rows)
+    out = []
+    for r in rows:
+        if r.exercise and r.points > 0:
+            out.append(Row(r.student, r.chapter, r.exercise, round(r.points * late.factor, 6), r.max_points,
+                           r.status, f"{r.message} (late: {r.points:g} x {late.factor:g})".strip()))
+        else:
+            out.append(r)
+    for student in dict.fromkeys(r.student for r in rows):
+        out.append(Row(student, "", "", 0, 0, Status.NOTE, late.note))
+    return out
+
+
+def read_submitted(path: Path) -> dict[str, datetime]:
+    """``submitted.csv``: the header ``student,submitted`` (the submission's name or a roster
+    id; an ISO time). Raises ValueError naming the line of a bad entry."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        header = [(h or "").strip().lower() for h in reader.fieldnames or []]
+        if "student" not in header or "submitted" not in header:
+            raise ValueError(f"{path}: the header must name student and submitted (got {reader.fieldnames})")
+        out = {}
+        for n, raw in enumerate(reader, start=2):
+            d = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items() if k}
+            if not any(d.values()):
+                continue
+            if not d["student"]:
+                raise ValueError(f"{path}, line {n}: the student is empty")
+            out[d["student"]] = parse_time(d["submitted"], f"{path}, line {n}")
+    return out
+
+
+def from_gradescope(metadata_path: Path) -> tuple[datetime | None, datetime | None]:
+    """(submitted, due) from Gradescope's ``submission_metadata.json``; (None, None) when
+    the file is absent. The due date is the student's own where Gradescope gives one
+    (an extension), else the assignment's. Raises ValueError on a file it cannot read."""
+    if not metadata_path.exists():
+        return None, None
+    try:
+        data = json.loads(metadata_path.read_text(encoding="utf-8"))
+        submitted = parse_time(data["created_at"], "created_at") if data.get("created_at") else None
+        users = data.get("users") or [{}]
+        due_text = (users[0].get("assignment") or {}).get("due_date") or (data.get("assignment") or {}).get("due_date")
+        due = parse_time(due_text, "due_date") if due_text else None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{metadata_path}: not Gradescope's submission metadata ({exc})") from None
+    return submitted, due

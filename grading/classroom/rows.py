@@ -1,0 +1,226 @@
+"""Gradebook rows: how a judge's outcomes become points, a status and a message.
+
+One row per student, chapter and exercise (hidden tests get their own row, ``1.2
+hidden``); rows with an empty exercise are notes about the whole chapter or the
+whole submission (0 of 0 points).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+
+from grading.outcome import (MESSAGE_CHARS, OUT_OF_MEMORY, Status, TestOutcome, clip, describe_signal,
+                             earned, exercise_status)
+
+FIELDS = ["student", "chapter", "exercise", "points", "max_points", "status", "message"]
+PASSED, FAILED, NOT_ATTEMPTED, ERROR = Status.PASSED, Status.FAILED, Status.NOT_ATTEMPTED, Status.ERROR
+TIMED_OUT, MEMORY, CRASHED, TAMPERED = Status.TIMED_OUT, Status.MEMORY, Status.CRASHED, Status.TAMPERED
+REVIEW, MISSING, SKIPPED, NOTE = Status.REVIEW, Status.MISSING, Status.SKIPPED, Status.NOTE
+OVERRIDDEN = Status.OVERRIDDEN
+# The words of a submission-wide row about a notebook no chapter claimed (listed for review).
+UNMATCHED = "was not matched to a chapter"
+# A process that died of memory leaves only words in its output (no exception to classify).
+MEMORY_WORDS = re.compile(r"MemoryError|" + OUT_OF_MEMORY.pattern, re.I)
+
+
+@dataclass
+class Row:
+    student: str
+    chapter: str
+    exercise: str
+    points: float
+    max_points: float
+    status: str
+    message: str = ""
+
+    def as_csv(self) -> dict:
+        d = asdict(self)
+        d["points"], d["max_points"] = num(self.points), num(self.max_points)
+        return dict(zip(d, csv_row(d.values())))
+
+
+# A cell a spreadsheet would run as a formula (OWASP's CSV injection): text beginning with
+# one of these. A leading quote is escaped too, so that reading a cell back is exact.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+PLAIN_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def csv_cell(value) -> str:
+    """``value`` as one CSV cell that no spreadsheet runs: text beginning with ``=``, ``+``,
+    ``-``, ``@``, a tab, a carriage return or ``'`` gets a leading ``'``; a plain number
+    (``-2.5``: a late penalty, a negative score) is left a number. :func:`csv_value` undoes it."""
+    text = "" if value is None else str(value)
+    if text.startswith(FORMULA_START) and not PLAIN_NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
+def csv_value(cell: str) -> str:
+    """The text :func:`csv_cell` was given for ``cell``."""
+    return cell[1:] if cell.startswith("'") and cell[1:].startswith(FORMULA_START) else cell
+
+
+def csv_row(values) -> list[str]:
+    """A row of cells, each through :func:`csv_cell`: what every CSV writer here writes."""
+    return [csv_cell(v) for v in values]
+
+
+def num(x: float) -> str:
+    x = round(float(x), 3)
+    return str(int(x)) if x == int(x) else f"{x:g}"
+
+
+def one_line(message: str, limit: int = MESSAGE_CHARS) -> str:
+    """The part of a grader message a student can act on, on one line: the first
+    line and any ``expected:`` / ``got:`` lines, without tracebacks."""
+    keep = []
+    for n, line in enumerate(message.splitlines()):
+        s = line.strip()
+        if not s:
+            continue
+        if re.match(r"^(\S+\.py:\d+|E\s|>\s|Traceback|File \")", s) or s.startswith(("def ", "@")):
+            break
+        if n == 0 or re.match(r"^(expected|got|max|first|at |raised in|  )", s) or line.startswith("  "):
+            keep.append(s)
+    text = "; ".join(keep) or message.strip().splitlines()[0] if message.strip() else ""
+    text = re.sub(r"0x[0-9a-f]{6,}", "0x...", text)
+    text = re.sub(r"/\S*/grade-[^/\s]+/work/notebooks/", "", text)  # the child's temporary paths
+    return clip(text, limit)
+
+
+def exercise_order(label: str) -> tuple:
+    m = re.match(r"^(\d+)\.(\d+)", label)
+    return (0, int(m.group(1)), int(m.group(2)), label) if m else (1 if label else -1, 0, 0, label)
+
+
+def crash_text(returncode: int | None) -> str:
+    """Why a child ended before grading finished, with the likely cause."""
+    if returncode is not None and returncode < 0:
+        return f"the grading process was killed by {describe_signal(-returncode)}"
+    return (f"the grading process exited with code {returncode} before grading finished "
+            "(os._exit() or sys.exit() where the grader cannot catch it?)")
+
+
+# -- from a plan and outcomes to rows -----------------------------------------------
+def group_plan(tests: list[dict]) -> dict[str, dict[tuple[str, str], dict]]:
+    """exercise label -> (test file, function) -> {"points", "nodeids", "skip"}."""
+    groups: dict[str, dict] = defaultdict(dict)
+    for t in tests:
+        label = (t.get("exercise") or "other") + (" hidden" if t.get("hidden") else "")
+        fn = groups[label].setdefault((t["path"], t["function"]),
+                                      {"points": t["points"], "core": bool(t.get("core")), "nodeids": [], "skip": []})
+        fn["nodeids"].append(t["nodeid"])
+        fn["skip"].append(bool(t.get("skip")))
+    return dict(sorted(groups.items(), key=lambda kv: exercise_order(kv[0])))
+
+
+def max_points(functions: dict) -> float:
+    return sum(f["points"] for f in functions.values() if not all(f["skip"]))
+
+
+def core_points(functions: dict) -> float:
+    """The part of :func:`max_points` that the exercise's core tests carry, all or nothing."""
+    return sum(f["points"] for f in functions.values() if f.get("core") and not all(f["skip"]))
+
+
+def zero_rows(student: str, chapter: str, tests: list[dict], status: str, message: str) -> list[Row]:
+    """Every exercise of a chapter at zero with one status: missing, timed out, crashed..."""
+    groups = group_plan(tests)
+    if not groups:
+        return [Row(student, chapter, "", 0, 0, status, message)]
+    return [Row(student, chapter, label, 0, max_points(fns), status, message) for label, fns in groups.items()]
+
+
+def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[str, TestOutcome],
+                review: dict[str, str] | None = None, memory_note: str = "",
+                diagnoses: dict[str, str] | None = None) -> list[Row]:
+    """Rows from the outcomes of a chapter that ran to the end. A test function is
+    worth its points; its parametrized cases share them (partial credit). A failed
+    exercise's message starts with its diagnosis, when the catalogue names the mistake."""
+    review, diagnoses = review or {}, diagnoses or {}
+    rows = []
+    for label, functions in group_plan(tests).items():
+        points = possible = 0.0
+        failures: list[dict] = []
+        failed_names: list[str] = []
+        passed_any = False
+        for (_, function), fn in functions.items():
+            graded = passed = 0
+            for nodeid in fn["nodeids"]:
+                o = outcomes.get(nodeid) or TestOutcome(nodeid, "failed", message="this test did not run")
+                if o.outcome == "skipped":
+                    continue
+                graded += 1
+                if o.passed:
+                    passed += 1
+                else:
+                    failures.append(o)
+                    if function not in failed_names:
+                        failed_names.append(function)
+            if graded:
+                points += earned(fn["points"], passed, graded, fn.get("core", False))
+                possible += fn["points"]
+                passed_any = passed_any or passed > 0
+        hidden = label.endswith(" hidden")
+        exercise = label.split()[0]
+        if possible == 0:
+            rows.append(Row(student, chapter, label, 0, 0, SKIPPED, "every test was skipped here (needs a GPU?)"))
+            continue
+        if not failures:
+            rows.append(Row(student, chapter, label, points, possible, PASSED, ""))
+            continue
+        if hidden:
+            # Names only: the source and the assertion of a hidden test stay private.
+            message = "failed hidden tests: " + ", ".join(failed_names)
+        else:
+            # The one-line summary the grading process made from the exception (the plugin's,
+            # or the child's for a fixture or a hidden test); only a test that never reported
+            # (it did not run) has no summary, and then the message is the grader's own words.
+            first = failures[0]
+            message = first.summary or re.sub(rf"^Exercise {re.escape(exercise)}:? ", "", one_line(first.message))
+        # Each failing test's status was decided in the judge from its exception; the
+        # exercise's, from theirs, in one place (grading.outcome.exercise_status).
+        status = exercise_status(failures, passed_any, memory=bool(memory_note), review=exercise in review)
+        if status == MEMORY and memory_note:
+            message = f"{memory_note}; {message}"
+        elif status == REVIEW:
+            message = f"{review[exercise]}; {message}"
+        if len(failures) > 1 and not hidden and status != NOT_ATTEMPTED:
+            message += f" (and {len(failures) - 1} more failing case{'s' if len(failures) > 2 else ''})"
+        if status == FAILED and not hidden and diagnoses.get(exercise):
+            message = f"{diagnoses[exercise]} First failure: {message}"
+        rows.append(Row(student, chapter, label, points, possible, status, message))
+    return rows
+
+
+# -- grades known and not ------------------------------------------------------------------
+# A chapter whose every exercise row has one of these statuses has no grade the grader gave:
+# nothing was handed in for it, or what was handed in waits for a person (an unplaced or
+# ambiguous notebook, an unreadable one, a failure of ours). Its cells in the exports are
+# left empty, not 0, and the student's feedback says so; the instructor decides.
+NO_GRADE = (MISSING, REVIEW)
+
+
+def graded_chapters(rows: list[Row]) -> set[tuple[str, str]]:
+    """(student, chapter) for every chapter with a grade: one of its exercise rows was
+    graded (or overridden), not only missing or waiting for review."""
+    return {(r.student, r.chapter) for r in rows if r.exercise and r.status not in NO_GRADE}
+
+
+def partial_chapters(rows: list[Row]) -> list[str]:
+    """needs_review.md's lines for the chapters that some students have a grade for and
+    others not: their cells are empty, not 0, for the others."""
+    graded = graded_chapters(rows)
+    students = sorted({r.student for r in rows})
+    lines = []
+    for chapter in sorted({r.chapter for r in rows if r.exercise}):
+        have = [s for s in students if (s, chapter) in graded]
+        others = [s for s in students if (s, chapter) not in graded]
+        if have and others:
+            shown = ", ".join(others[:20]) + (f" and {len(others) - 20} more" if len(others) > 20 else "")
+            lines.append(f"{chapter}: graded for {len(have)} of {len(students)} submissions; no grade for {shown} "
+                         "(no notebook of it, or one waiting for review): their cells in gradebook_canvas.csv and "
+                         "gradebook_wide.csv are empty, not 0")
+    return lines

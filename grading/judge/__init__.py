@@ -1,0 +1,22 @@
+"""The judge: the process that grades one student's chapter and never runs the notebook.
+
+- ``main``:     the process (``python -m grading.judge.main``): pytest on the graders, one exit record.
+- ``plugin``:   the pytest plugin: ``--notebooks``, ``--prove``, points, each test's outcome.
+- ``proof``:    ``--prove``'s tallies: stubs, catalogue bugs, diagnosis.
+- ``proxy``:    ``nb``, the notebook as a proxy (``RemoteNotebook``, ``Remote``).
+- ``session``:  one contestant as the judge sees it: a socket, its answers and failures.
+- ``inside``:   what only the contestant can see, asked for by a grader (``watching``, ``data_ptr``).
+- ``ranks``:    Chapter 10's gloo ranks, one contestant each (``run_ranks``).
+- ``substitute``: each exercise graded alone: what its contestant is sent, and the calls the judge answers.
+- ``replay``:   the student edition's expected values in place of the references.
+- ``triton_launch``: whether Chapter 7's answer came from its kernel.
+
+Graders and instructors' hidden tests import ``watching``, ``data_ptr``, ``run_ranks`` and
+``open_notebook`` from here.
+"""
+
+from grading.judge.inside import data_ptr, watching
+from grading.judge.proxy import RemoteNotebook, open_notebook
+from grading.judge.ranks import run_ranks
+
+__all__ = ["RemoteNotebook", "data_ptr", "open_notebook", "run_ranks", "watching"]

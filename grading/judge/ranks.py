@@ -1,0 +1,76 @@
+"""Chapter 10's gloo ranks, run by the judge: one contestant per rank, called at once."""
+
+from __future__ import annotations
+
+import threading
+
+from grading.judge.proxy import RemoteNotebook
+from grading.judge.session import ContestantCrashed, ContestantTimedOut
+
+
+def run_ranks(nb: RemoteNotebook, function: str, world_size: int, calls: list[list], *, op_timeout: float = 10.0,
+              timeout: float = 90.0):
+    """``function`` of the notebook on ``world_size`` gloo ranks, each a contestant
+    (:mod:`grading.contestant.ranks`) with the exercise's swap, called at once. ``calls[rank]`` is that
+    rank's list of ``(args, kwargs)`` (or ``(other_function, args, kwargs)``), all of one
+    length. Returns ``distlab.launch.RankResult`` per rank: what each call returned, rebuilt
+    here, and the bytes it sent; ``timeout`` bounds each call."""
+    from distlab.launch import CallResult, RankResult
+
+    if len(calls) != world_size or len({len(c) for c in calls}) != 1:
+        raise ValueError(f"calls must hold one list per rank ({world_size}), all of one length")
+    spec = {"world_size": world_size, "op_timeout": op_timeout}
+    proxies: list[RemoteNotebook] = []
+    results = [RankResult(rank, "ok") for rank in range(world_size)]
+    try:
+        for rank in range(world_size):
+            rank_spec = {**spec, "rank": rank, "master": rank == 0, "port": proxies[0].session.port if rank else 0}
+            proxy = RemoteNotebook(nb.origin, nb.text, nb.stem, nb.display, extra={"rank": rank_spec})
+            proxy.use(nb.exercise)
+            proxies.append(proxy)
+            try:
+                proxy._session()
+            except Exception as exc:  # noqa: BLE001 - the notebook did not load in this rank
+                results[rank] = RankResult(rank, *_rank_failure(exc))
+                return results
+
+        def run(rank: int):
+            proxy = proxies[rank]
+            try:
+                proxy._ask("ranks", "joining the gloo group", name="join", timeout=timeout)
+                for call in calls[rank]:
+                    name, args, kwargs = call if len(call) == 3 else (function, *call)
+                    value = getattr(proxy, name)(*args, **kwargs)
+                    sent = proxy._ask("ranks", "reading what the rank sent", name="counted")
+                    results[rank].calls.append(CallResult(value, int(sent.get("bytes", 0)), int(sent.get("sends", 0))))
+                proxy._ask("ranks", "leaving the gloo group", name="finish", timeout=op_timeout + 10)
+            except Exception as exc:  # noqa: BLE001 - reported per rank, as distlab did
+                results[rank] = RankResult(rank, *_rank_failure(exc, op_timeout), calls=results[rank].calls)
+
+        threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(world_size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return results
+    finally:
+        for proxy in proxies:
+            proxy.close()
+
+
+def _rank_failure(exc: BaseException, op_timeout: float = 0.0) -> tuple[str, str]:
+    """``(status, message)`` of a rank whose call raised ``exc``."""
+    from grading.outcome import summary
+
+    where = getattr(exc, "grading_where", "")
+    if isinstance(exc, NotImplementedError):
+        return "not implemented", str(exc)
+    if isinstance(exc, ContestantTimedOut):
+        return "timeout", f"{exc} (a deadlock, or an endless loop)"
+    if isinstance(exc, ContestantCrashed):
+        return "crashed", str(exc)
+    message = summary(exc, where)
+    if "timed out" in str(exc).lower():  # gloo's words for an operation past its timeout
+        return "deadlock", (f"{message}\n  (a send or receive waited more than {op_timeout:.0f} s: every rank "
+                            "was waiting for another, which is a deadlock)")
+    return "error", message

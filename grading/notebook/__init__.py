@@ -1,0 +1,8 @@
+"""The notebook as data: regions, cells, loading, the catalogue. This package runs no process.
+
+- ``regions``:   ``### BEGIN SOLUTION`` / ``### END SOLUTION`` regions and the exercise they belong to.
+- ``loader``:    execute a notebook's code cells into a fresh module (in the contestant).
+- ``catalogue``: the wrong implementations that every grader must reject.
+- ``untrusted``: files handed in, read as regular files with one name, never through a link.
+- ``review``:    what a notebook's namespace says about how it was written, for review.
+"""

@@ -1,0 +1,155 @@
+"""The typed records that cross between processes: what a contestant is told, what it reports.
+
+Each is a dataclass with ``to_json`` and a strict ``from_json`` (every field of its type,
+every text under its cap), so the judge reads what a contestant sends as untrusted data
+and never as text to parse.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from dataclasses import asdict, dataclass, field
+
+from grading.wire.frames import MESSAGE_TEXT_CAP, WireError
+
+# Exceptions the judge re-raises as themselves; any other type is re-raised as the nearest
+# of these among its bases (a notebook's `class OutOfPages(RuntimeError)` as a class of
+# the judge's own with that name and base, see grading.judge).
+BUILTIN_ERRORS = {name: getattr(builtins, name) for name in (
+    "ArithmeticError", "AssertionError", "AttributeError", "BufferError", "EOFError", "Exception", "FloatingPointError",
+    "ImportError", "IndexError", "KeyError", "LookupError", "MemoryError", "ModuleNotFoundError", "NameError",
+    "NotImplementedError", "OSError", "OverflowError", "RecursionError", "ReferenceError", "RuntimeError",
+    "StopIteration", "SystemError", "TypeError", "UnboundLocalError", "UnicodeError", "ValueError",
+    "ZeroDivisionError")}
+
+
+@dataclass
+class RemoteError:
+    """An exception raised in the contestant, as plain fields.
+
+    ``kind`` says which of the grader's own exceptions it is, if any: ``"not_implemented"``
+    (a stub), ``"cell_did_not_run"`` (``problems`` lists the cells), ``"grading_failure"``
+    (a stand-in's "grader error", ``observed`` its observation), ``"wire"`` (a value that
+    may not cross); ``""`` for the notebook's own exceptions."""
+
+    type: str
+    bases: list[str]
+    message: str
+    kind: str = ""
+    notebook_class: bool = False  # the type was defined by the notebook
+    where: str = ""  # "raised in notebook cell 4, line 7: x = y / z"
+    problems: list[dict] = field(default_factory=list)
+    name: str = ""  # for cell_did_not_run: the missing name
+    observed: dict | None = None  # a GradingFailure's observation (grading.diagnosis), JSON
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data) -> "RemoteError":
+        """Strict: every field of its type, texts cut to MESSAGE_TEXT_CAP."""
+        if not isinstance(data, dict) or set(data) != set(cls.__dataclass_fields__):
+            raise WireError("an error message without the fields of RemoteError")
+        text = {k: data[k] for k in ("type", "message", "kind", "where", "name")}
+        if not all(isinstance(v, str) for v in text.values()) or not isinstance(data["notebook_class"], bool):
+            raise WireError("an error message whose fields are not of their types")
+        bases, problems = data["bases"], data["problems"]
+        if not (isinstance(bases, list) and all(isinstance(b, str) for b in bases) and len(bases) < 64):
+            raise WireError("an error message whose bases are not names")
+        problems = cell_problems(problems, 1000)
+        observed = data["observed"]
+        if observed is not None and not (isinstance(observed, dict) and len(json.dumps(observed)) < 64 * 1024):
+            raise WireError("an error message whose observation is not a small JSON object")
+        message = text["message"]
+        if len(message) > MESSAGE_TEXT_CAP:
+            message = (message[:MESSAGE_TEXT_CAP] + f"... (a message of {len(data['message'])} characters, "
+                       f"cut at {MESSAGE_TEXT_CAP} by the grader)")
+        return cls(type=text["type"][:200], bases=[b[:200] for b in bases], message=message, kind=text["kind"][:40],
+                   notebook_class=data["notebook_class"], where=text["where"][:1000], problems=problems,
+                   name=text["name"][:200], observed=observed)
+
+
+@dataclass
+class CellProblem:
+    """What the loader noticed in one cell of a notebook, as the judge reads it."""
+
+    cell: int  # index among all cells, as Jupyter counts them (0-based)
+    kind: str  # "error", "not implemented", "skipped", "unreadable"
+    message: str
+    memory: bool = False  # an "error" from an allocation that failed (grading.outcome.out_of_memory)
+
+    def __str__(self) -> str:
+        return f"cell {self.cell}: {self.kind}: {self.message}"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data) -> "CellProblem":
+        """Strict: the four fields of their types, the message at most MESSAGE_TEXT_CAP."""
+        if not (isinstance(data, dict) and set(data) == set(cls.__dataclass_fields__) and type(data["cell"]) is int
+                and isinstance(data["kind"], str) and isinstance(data["message"], str)
+                and isinstance(data["memory"], bool) and len(data["message"]) <= MESSAGE_TEXT_CAP
+                and len(data["kind"]) <= 40):
+            raise WireError("a cell problem without its fields")
+        return cls(data["cell"], data["kind"], data["message"], data["memory"])
+
+
+def cell_problems(data, cap: int) -> list[dict]:
+    """``data`` checked as a list of at most ``cap`` cell problems (as dicts)."""
+    if not (isinstance(data, list) and len(data) < cap):
+        raise WireError("cell problems that are not a list")
+    return [CellProblem.from_json(p).to_json() for p in data]
+
+
+@dataclass
+class Spawn:
+    """What a new contestant is told (the first message on its socket)."""
+
+    notebook: str  # the notebook's JSON text
+    name: str  # "01_kv_memory.ipynb"
+    stem: str
+    exercise: str | None = None  # the exercise graded; the others' names are references
+    references: dict | None = None  # grading.judge.substitute.reference_package
+    threads: int = 1
+    seed: int = 0
+    rank: dict | None = None  # Chapter 10: {"rank": r, "world_size": P, "port": n, "op_timeout": s}
+    env: dict = field(default_factory=dict)  # set before the notebook loads (Chapter 7: TRITON_INTERPRET)
+    bounds_checked: bool = False  # Chapter 7: every Triton load and store checked (grading.contestant.triton_bounds)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Spawn":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass
+class LoadReport:
+    """What loading the notebook found, sent back once (the judge checks every field)."""
+
+    problems: list[dict] = field(default_factory=list)  # grading.notebook.loader.CellProblem, as dicts
+    placeholders: dict[str, str] = field(default_factory=dict)
+    output_chars: int = 0
+    borrowed: list[str] = field(default_factory=list)  # grading.notebook.review.borrowed_names
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data) -> "LoadReport":
+        if not isinstance(data, dict) or set(data) != set(cls.__dataclass_fields__):
+            raise WireError("a load report without its fields")
+        problems, placeholders = data["problems"], data["placeholders"]
+        problems = cell_problems(problems, 10_000)
+        if not (isinstance(placeholders, dict) and all(isinstance(k, str) and isinstance(v, str) and len(v) < 2000
+                                                       for k, v in placeholders.items())):
+            raise WireError("a load report whose placeholders are not names")
+        borrowed = data["borrowed"]
+        if not (isinstance(borrowed, list) and all(isinstance(b, str) and len(b) < 2000 for b in borrowed[:100])):
+            raise WireError("a load report whose notes are not text")
+        if type(data["output_chars"]) is not int:
+            raise WireError("a load report whose output count is not a count")
+        return cls(problems, placeholders, data["output_chars"], borrowed[:100])
