@@ -1,13 +1,13 @@
-"""The README's examples for instructors run as written (issue 27, item 4).
+"""The instructors' manual's examples run as written.
 
-Every command of the README's "Grading a class" section (its ``bash`` blocks) and every
-file it shows (its ``csv NAME`` blocks) is taken from the README itself, not copied
+Every command of the "Grading a class" section of ``docs/instructors.md`` (its ``bash``
+blocks) and every file it shows (its ``csv NAME`` blocks) is taken from that page, not copied
 here: the files are written as shown, the commands run as shown, from a working folder
 that looks like a clone (``.venv``, the ``Makefile`` and what it depends on are links to
 this checkout's), so ``make grade`` writes into that folder, never into this checkout's
 ``_build/``. The folders the commands name (``path/to/submissions``,
 ``path/to/private_tests``, ``path/to/canvas_download``) hold small classes; the one file
-the README describes without showing, ``canvas_export.csv``, is Canvas's gradebook
+the page describes without showing, ``canvas_export.csv``, is Canvas's gradebook
 export of that class. ``make`` is told that the install is done (``-o`` the stamp, in
 MAKEFLAGS), so it never reinstalls the shared ``.venv``.
 """
@@ -29,7 +29,8 @@ from grading.catalogue import load_catalogue
 from grading.layout import EXERCISES, ROOT, SOLUTIONS
 
 STEM = "01_kv_memory"
-SECTION = ("### Grading a class", "### Importing the grades")
+MANUAL = ROOT / "docs" / "instructors.md"
+SECTION = ("## Grading a class", "## Importing the grades")
 LINKED = (".venv", "Makefile", "requirements.txt", "requirements-nodeps.txt", "pyproject.toml")
 HIDDEN_TEST = '''
 import pytest
@@ -47,7 +48,7 @@ pytestmark = pytest.mark.timeout(1500)
 
 
 def section() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = MANUAL.read_text(encoding="utf-8")
     start, end = text.index(SECTION[0]), text.index(SECTION[1])
     return text[start:end]
 
