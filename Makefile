@@ -101,11 +101,11 @@ grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=dir [OUT=_build/grades] [GRADE_ARGS='--workers 8 --extra-tests dir']"; exit 2; }
 	$(BIN)/python -m grading.batch $(SUBMISSIONS) --out $(or $(OUT),_build/grades) $(GRADE_ARGS)
 
-# The autograder zip for Gradescope (README, "Grading on Gradescope"): every chapter, or CHAPTERS=5.
+# The autograder zip for Gradescope (docs/instructors.md, "Grading on Gradescope"): every chapter, or CHAPTERS=5.
 gradescope: $(STAMP)
 	$(BIN)/python -m grading.gradescope build $(if $(CHAPTERS),--chapters $(CHAPTERS)) $(if $(EXTRA_TESTS),--extra-tests $(EXTRA_TESTS)) $(if $(LATE_PENALTY),--late-penalty $(LATE_PENALTY))
 
-# The student edition (README, "Handing out the student edition"); tests/meta/test_release.py checks it.
+# The student edition (docs/instructors.md, "Handing out the student edition"); tests/meta/test_release.py checks it.
 release: $(STAMP)
 	$(BIN)/python -m grading.release
 
