@@ -46,7 +46,7 @@ def first_sentence(body: str) -> str:
 def chapter(path: Path) -> tuple[int, str, str]:
     """(number, title, what it teaches in a line) of one chapter page."""
     meta, body = front_matter(path.read_text(encoding="utf-8"))
-    title = re.search(r"^# (.+)$", body, re.M)
+    title = re.search(r"^# (.+)$", body, re.MULTILINE)
     if title is None:
         raise ValueError(f"{path.relative_to(ROOT)} has no '# ' title")
     line = str(meta.get("description") or first_sentence(body[title.end():]))

@@ -56,7 +56,7 @@ def section() -> str:
 def commands(text: str) -> list[str]:
     """The commands of the section's ``bash`` blocks: continuation lines joined, comments cut."""
     out = []
-    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+    for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL):
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
             if line:
@@ -66,7 +66,7 @@ def commands(text: str) -> list[str]:
 
 def files(text: str) -> dict[str, str]:
     """``{name: text}`` of the section's ```` ```csv NAME ```` blocks."""
-    return {name: body for name, body in re.findall(r"```csv ([\w.]+)\n(.*?)```", text, re.S)}
+    return {name: body for name, body in re.findall(r"```csv ([\w.]+)\n(.*?)```", text, re.DOTALL)}
 
 
 def _mistaken():
@@ -101,7 +101,7 @@ def ran(tmp_path_factory):
     env["MAKEFLAGS"] = f"-o {stamp}"  # the install is done: never reinstall the shared .venv
     runs = []
     for command in commands(text):
-        done = subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True,
+        done = subprocess.run(["bash", "-c", command], check=False, cwd=work, env=env, capture_output=True, text=True,
                               timeout=900)
         runs.append((command, done))
     return {"work": work, "runs": runs}
