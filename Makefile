@@ -9,6 +9,9 @@ BIN := $(VENV)/bin
 # The stamp names the Python version, so switching PYTHON rebuilds .venv instead of reusing it.
 PYVER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 STAMP := $(VENV)/.installed-$(PYVER)
+# The converted model. Defined before `book` and `test` name it as a prerequisite: make
+# expands a rule's prerequisites where it reads the rule, so a later definition is empty there.
+MODEL_CACHE := _build/modellab/smollm2-135m-instruct-fp32/model.safetensors
 JOBS ?= 2
 
 LANGS := zh_CN
@@ -58,7 +61,6 @@ i18n-check: $(STAMP)
 
 # The real model is de-quantized from its GGUF once per checkout (20 s to minutes on a small
 # CPU); do it before the graders, whose per-test timeout must not pay for it.
-MODEL_CACHE := _build/modellab/smollm2-135m-instruct-fp32/model.safetensors
 $(MODEL_CACHE): $(STAMP)
 	$(BIN)/python -c "from modellab.load import prepare_cache; prepare_cache()"
 
@@ -99,11 +101,11 @@ grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=dir [OUT=_build/grades] [GRADE_ARGS='--workers 8 --extra-tests dir']"; exit 2; }
 	$(BIN)/python -m grading.batch $(SUBMISSIONS) --out $(or $(OUT),_build/grades) $(GRADE_ARGS)
 
-# The autograder zip for Gradescope (README, "Grading on Gradescope"): every chapter, or CHAPTERS=5.
+# The autograder zip for Gradescope (docs/instructors.md, "Grading on Gradescope"): every chapter, or CHAPTERS=5.
 gradescope: $(STAMP)
 	$(BIN)/python -m grading.gradescope build $(if $(CHAPTERS),--chapters $(CHAPTERS)) $(if $(EXTRA_TESTS),--extra-tests $(EXTRA_TESTS)) $(if $(LATE_PENALTY),--late-penalty $(LATE_PENALTY))
 
-# The student edition (README, "Handing out the student edition"); tests/meta/test_release.py checks it.
+# The student edition (docs/instructors.md, "Handing out the student edition"); tests/meta/test_release.py checks it.
 release: $(STAMP)
 	$(BIN)/python -m grading.release
 

@@ -3,7 +3,7 @@
 Each module exposes ``run() -> list[Record]``. Pass names (``python -m benchmarks flash``)
 to run only the modules whose name contains one of them. With ``--results`` the records
 are also added to ``benchmarks/results/<date>-<cpu>-<threads>-thread(s).json`` with a description of this
-machine (``benchmarks.results``), the file the README's table is generated from
+machine (``benchmarks.results``), the file the table of docs/benchmarks.md is generated from
 (``python -m benchmarks.readme``).
 """
 

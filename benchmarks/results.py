@@ -10,7 +10,7 @@ CPU fields were recorded lack them),
 ``source`` how the file came to be, and ``records`` is the list of
 ``Record.to_json()``. ``python -m benchmarks --results MODULES`` writes today's file for
 this CPU, adding to it when it exists (the records of a module run again replace the
-old ones); ``python -m benchmarks.readme`` builds the README's table from these files.
+old ones); ``python -m benchmarks.readme`` builds the table of docs/benchmarks.md from these files.
 """
 
 from __future__ import annotations

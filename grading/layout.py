@@ -29,7 +29,7 @@ REFERENCES = TESTS / "references"
 CATALOGUE = TESTS / "catalogue"
 DIAGNOSIS = TESTS / "diagnosis"  # what each catalogue bug outputs where it fails (grading.diagnosis)
 BUILD = ROOT / "_build"
-# Committed runs of `python -m benchmarks --results`: the README's tables and the numbers
+# Committed runs of `python -m benchmarks --results`: docs/benchmarks.md's table and the numbers
 # the chapters quote from `make bench`, each run with the machine it was measured on.
 BENCH_RESULTS = ROOT / "benchmarks" / "results"
 GRADES = BUILD / "grades"

@@ -1,7 +1,6 @@
 """Repository, issues, Binder and Colab buttons only when the book knows its repository.
 
-A publisher sets one thing: ``repository.url`` in ``_config.yml`` (README, "Publishing
-the book"). Until it is set, every one of these buttons would send a reader to a
+A publisher sets one thing: ``repository.url`` in ``_config.yml`` (``docs/publishing.md``). Until it is set, every one of these buttons would send a reader to a
 repository that does not exist, so the build leaves them out. Once it is set, this
 extension turns the repository and issues buttons on and keeps the launch buttons that
 ``_config.yml`` lists. Jupyter Book's own default URL counts as unset.

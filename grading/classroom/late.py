@@ -1,6 +1,6 @@
 """Late work: a due date, a penalty policy, and the one place that applies them.
 
-The policy (``--late-penalty``, README "Late work"): ``FRACTION[:CAP]``, a fraction of the
+The policy (``--late-penalty``, docs/instructors.md, "Late work"): ``FRACTION[:CAP]``, a fraction of the
 points taken per started day (24 hours) after the due date, at most ``CAP`` (default 1,
 all of them). ``0.1:0.5`` takes 10% one second to 24 hours late, 20% up to 48 hours, and
 never more than 50%. Every graded row of a late submission is scaled by the same factor

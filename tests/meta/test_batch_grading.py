@@ -348,7 +348,7 @@ def test_structure_review_names_deleted_duplicated_moved():
 
 
 def test_core_tests_are_all_or_nothing_the_others_share_by_case():
-    """The README's partial-credit policy, on a plan of one exercise: a 2-point core test
+    """The partial-credit policy of docs/instructors.md, on a plan of one exercise: a 2-point core test
     with 3 cases and a 1-point bad-input test with 2 cases."""
     tests = [{"nodeid": f"t::{fn}[{i}]", "path": "t.py", "function": fn, "exercise": "1.3",
               "points": points, "core": core, "hidden": False, "skip": False}

@@ -58,12 +58,12 @@ def test_every_benchmark_module_has_run(name):
         assert module.load_solutions is load_solutions
 
 
-def test_readme_table_is_generated_from_the_results_files():
-    from benchmarks.readme import README, updated_readme
+def test_benchmark_table_is_generated_from_the_results_files():
+    from benchmarks.readme import PAGE, updated_page
 
-    text = README.read_text()
-    assert updated_readme(text) == text, (
-        "README.md's benchmark table is not what the results files give: run `python -m benchmarks.readme`"
+    text = PAGE.read_text()
+    assert updated_page(text) == text, (
+        "docs/benchmarks.md's table is not what the results files give: run `python -m benchmarks.readme`"
     )
 
 

@@ -151,7 +151,7 @@ def test_overrides_file_errors_name_the_line(tmp_path):
 
 
 def test_an_unquoted_comma_in_the_reason_is_part_of_the_reason(tmp_path):
-    """The README's own example line: everything after the third comma is the reason."""
+    """The instructors' manual's own example line: everything after the third comma is the reason."""
     path = tmp_path / "o.csv"
     path.write_text("student,exercise,points,reason\nbob,1.2,1,regrade request: a typo, the method is right\n")
     (override,) = gb.read_overrides(path)

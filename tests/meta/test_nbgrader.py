@@ -196,7 +196,7 @@ def _run_nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
 def _course_with_a_kernel_without_the_grader(tmp: Path, config: str) -> Path:
     """A course whose ``python3`` kernel is a Python with the book's third-party packages
     but not this checkout (nbgrader in a virtual environment of its own, before the
-    kernel step of the README), and one student who handed in the unsolved notebook."""
+    kernel step of docs/instructors.md), and one student who handed in the unsolved notebook."""
     from tests.meta.isolated_python import assert_isolated, make_isolated_python
 
     python = make_isolated_python(tmp / "kernel-venv")

@@ -1,13 +1,13 @@
-"""The README's examples for instructors run as written.
+"""The instructors' manual's examples run as written.
 
-Every command of the README's "Grading a class" section (its ``bash`` blocks) and every
-file it shows (its ``csv NAME`` blocks) is taken from the README itself, not copied
+Every command of the "Grading a class" section of ``docs/instructors.md`` (its ``bash``
+blocks) and every file it shows (its ``csv NAME`` blocks) is taken from that page, not copied
 here: the files are written as shown, the commands run as shown, from a working folder
 that looks like a clone (``.venv``, the ``Makefile`` and what it depends on are links to
 this checkout's), so ``make grade`` writes into that folder, never into this checkout's
 ``_build/``. The folders the commands name (``path/to/submissions``,
 ``path/to/private_tests``, ``path/to/canvas_download``) hold small classes; the one file
-the README describes without showing, ``canvas_export.csv``, is Canvas's gradebook
+the page describes without showing, ``canvas_export.csv``, is Canvas's gradebook
 export of that class. ``make`` is told that the install is done (``-o`` the stamp, in
 MAKEFLAGS), so it never reinstalls the shared ``.venv``.
 """
@@ -29,7 +29,8 @@ from grading.notebook.catalogue import load_catalogue
 from grading.layout import EXERCISES, ROOT, SOLUTIONS
 
 STEM = "01_kv_memory"
-SECTION = ("### Grading a class", "### Importing the grades")
+MANUAL = ROOT / "docs" / "instructors.md"
+SECTION = ("## Grading a class", "## Importing the grades")
 LINKED = (".venv", "Makefile", "requirements.txt", "requirements-nodeps.txt", "pyproject.toml")
 HIDDEN_TEST = '''
 import pytest
@@ -47,7 +48,7 @@ pytestmark = pytest.mark.timeout(1500)
 
 
 def section() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = MANUAL.read_text(encoding="utf-8")
     start, end = text.index(SECTION[0]), text.index(SECTION[1])
     return text[start:end]
 
@@ -55,7 +56,7 @@ def section() -> str:
 def commands(text: str) -> list[str]:
     """The commands of the section's ``bash`` blocks: continuation lines joined, comments cut."""
     out = []
-    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+    for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL):
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
             if line:
@@ -65,7 +66,7 @@ def commands(text: str) -> list[str]:
 
 def files(text: str) -> dict[str, str]:
     """``{name: text}`` of the section's ```` ```csv NAME ```` blocks."""
-    return {name: body for name, body in re.findall(r"```csv ([\w.]+)\n(.*?)```", text, re.S)}
+    return {name: body for name, body in re.findall(r"```csv ([\w.]+)\n(.*?)```", text, re.DOTALL)}
 
 
 def _mistaken():
@@ -100,7 +101,7 @@ def ran(tmp_path_factory):
     env["MAKEFLAGS"] = f"-o {stamp}"  # the install is done: never reinstall the shared .venv
     runs = []
     for command in commands(text):
-        done = subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True,
+        done = subprocess.run(["bash", "-c", command], check=False, cwd=work, env=env, capture_output=True, text=True,
                               timeout=900)
         runs.append((command, done))
     return {"work": work, "runs": runs}

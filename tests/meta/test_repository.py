@@ -52,7 +52,7 @@ def test_every_chapter_has_all_its_parts():
 
 
 def test_every_exercise_has_a_core_test():
-    """The partial-credit policy (README, "Points and partial credit"): each exercise's
+    """The partial-credit policy (docs/instructors.md, "Points and partial credit"): each exercise's
     central cases are a test marked ``core`` (all or nothing); the rest share by case."""
     import ast
 

@@ -1,5 +1,5 @@
-# nbgrader's configuration for a course graded by this book's grader (README, "Grading
-# under nbgrader"). Copy it into the course folder (beside source/ and submitted/).
+# nbgrader's configuration for a course graded by this book's grader (docs/instructors.md,
+# "Grading under nbgrader"). Copy it into the course folder (beside source/ and submitted/).
 #
 # Besides the course id and a timeout that covers a chapter, it makes a kernel that
 # cannot run the grader an error nbgrader reports. Without it, an autograder cell that

@@ -1,4 +1,4 @@
-# nbgrader's configuration on the students' side, for the Validate button (README,
+# nbgrader's configuration on the students' side, for the Validate button (docs/instructors.md,
 # "Grading under nbgrader"). Validate runs the notebook as autograde does, and the first
 # autograder cell grades the whole chapter: nbgrader's default of 30 s per cell fails a
 # correct notebook. Put this file where the students' Jupyter reads nbgrader's
