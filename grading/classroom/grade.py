@@ -122,7 +122,7 @@ def stream_problems(r: ChildResult, planned: set[str]) -> list[str]:
         if done:
             problems.append("outcome lines arrived after the grading process said it was done")
             break
-        if line.get("kind") == "done":
+        if line.get("kind") == "exit":
             done = True
         elif line.get("kind") == "test":
             nodeid = line.get("nodeid")
@@ -135,6 +135,28 @@ def stream_problems(r: ChildResult, planned: set[str]) -> list[str]:
                 break
             seen.add(nodeid)
     return problems
+
+
+def chapter_verdict(r: ChildResult, planned: set[str], timeout: float, limit: str) -> tuple[str, str] | None:
+    """The one status a whole chapter gets, with its message, when its judge's records do
+    not grade it test by test; None when they do. Decided from typed records only (the
+    exit record, the judge's lines), never from what the processes printed, in this order:
+    the time limit, a stream of records no honest judge writes, how the judge ended, and
+    graders that could not run."""
+    if r.timed_out:
+        return gb.TIMED_OUT, f"grading this chapter took longer than {timeout:g} s and was stopped"
+    tamper = [v for line in r.of("tamper") for v in line["violations"]] + stream_problems(r, planned)
+    if tamper:
+        return gb.TAMPERED, "; ".join(tamper)[:gb.MESSAGE_CHARS]
+    ended = r.exit
+    if ended.status == "memory":
+        return gb.MEMORY, f"grading this chapter ran out of memory (limit {limit})"
+    if ended.status == "crashed":
+        return gb.CRASHED, gb.crash_text(ended.returncode, ended.signal)
+    errors = r.of("collect_error")
+    if errors:
+        return gb.REVIEW, "the graders could not run: " + (errors[0].get("summary") or gb.one_line(errors[0]["message"]))
+    return None
 
 
 # -- one task -------------------------------------------------------------------------------
@@ -250,21 +272,9 @@ class Grader:
     def rows_from(self, s: str, stem: str, tests: list[dict], r: ChildResult, review: dict,
                   notes: list[str]) -> list[gb.Row]:
         limit = f"{self.args.memory_mb} MB"
-        if r.timed_out:
-            return gb.zero_rows(s, stem, tests, gb.TIMED_OUT,
-                                f"grading this chapter took longer than {self.args.timeout:g} s and was stopped")
-        tamper = [v for line in r.of("tamper") for v in line["violations"]]
-        tamper += stream_problems(r, {t["nodeid"] for t in tests})
-        if tamper:
-            return gb.zero_rows(s, stem, tests, gb.TAMPERED, "; ".join(tamper)[:gb.MESSAGE_CHARS])
-        if not r.finished:
-            if gb.MEMORY_WORDS.search(r.output):
-                return gb.zero_rows(s, stem, tests, gb.MEMORY, f"the notebook ran out of memory (limit {limit})")
-            return gb.zero_rows(s, stem, tests, gb.CRASHED, gb.crash_text(r.returncode))
-        errors = r.of("collect_error")
-        if errors:
-            why = "the graders could not run: " + (errors[0].get("summary") or gb.one_line(errors[0]["message"]))
-            return gb.zero_rows(s, stem, tests, gb.REVIEW, why)
+        verdict = chapter_verdict(r, {t["nodeid"] for t in tests}, self.args.timeout, limit)
+        if verdict is not None:
+            return gb.zero_rows(s, stem, tests, *verdict)
         try:
             outcomes = {o.nodeid: o for o in map(TestOutcome.from_json, r.of("test"))}
         except ValueError as exc:  # only our own judge writes these lines: a bug, for review

@@ -23,7 +23,7 @@ from grading.classroom.exports import (  # noqa: F401 - the gradebook's face
     CANVAS_STUDENT_COLUMNS, CanvasAssignment, ROSTER_COLUMNS, Student, canvas_columns, match_roster, name_key,
     read_canvas_assignments, read_canvas_map, read_roster, unmapped_chapters, write_canvas, write_wide)
 from grading.classroom.rows import (  # noqa: F401 - the gradebook's face
-    CRASHED, ERROR, FAILED, FIELDS, FORMULA_START, MEMORY, MEMORY_WORDS, MISSING, NOTE, NOT_ATTEMPTED, NO_GRADE,
+    CRASHED, ERROR, FAILED, FIELDS, FORMULA_START, MEMORY, MISSING, NOTE, NOT_ATTEMPTED, NO_GRADE,
     OVERRIDDEN, PASSED, PLAIN_NUMBER, REVIEW, Row, SKIPPED, TAMPERED, TIMED_OUT, UNMATCHED, core_points, crash_text,
     csv_cell, csv_row, csv_value, exercise_order, graded_chapters, graded_rows, group_plan, max_points, num,
     one_line, partial_chapters, zero_rows)

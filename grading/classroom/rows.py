@@ -11,7 +11,7 @@ import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 
-from grading.outcome import (MESSAGE_CHARS, OUT_OF_MEMORY, Status, TestOutcome, clip, describe_signal,
+from grading.outcome import (MESSAGE_CHARS, Status, TestOutcome, clip, describe_signal,
                              earned, exercise_status)
 
 FIELDS = ["student", "chapter", "exercise", "points", "max_points", "status", "message"]
@@ -21,8 +21,6 @@ REVIEW, MISSING, SKIPPED, NOTE = Status.REVIEW, Status.MISSING, Status.SKIPPED, 
 OVERRIDDEN = Status.OVERRIDDEN
 # The words of a submission-wide row about a notebook no chapter claimed (listed for review).
 UNMATCHED = "was not matched to a chapter"
-# A process that died of memory leaves only words in its output (no exception to classify).
-MEMORY_WORDS = re.compile(r"MemoryError|" + OUT_OF_MEMORY.pattern, re.I)
 
 
 @dataclass
@@ -95,10 +93,10 @@ def exercise_order(label: str) -> tuple:
     return (0, int(m.group(1)), int(m.group(2)), label) if m else (1 if label else -1, 0, 0, label)
 
 
-def crash_text(returncode: int | None) -> str:
+def crash_text(returncode: int | None, signal: int | None = None) -> str:
     """Why a child ended before grading finished, with the likely cause."""
-    if returncode is not None and returncode < 0:
-        return f"the grading process was killed by {describe_signal(-returncode)}"
+    if signal is not None:
+        return f"the grading process was killed by {describe_signal(signal)}"
     return (f"the grading process exited with code {returncode} before grading finished "
             "(os._exit() or sys.exit() where the grader cannot catch it?)")
 

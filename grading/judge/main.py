@@ -12,10 +12,10 @@ object per line, to file descriptor N (a pipe the parent made; no path leads to 
     {"kind": "load", "problems": [...]}   what the loader noticed in the notebook's cells
     {"kind": "diagnosis", "diagnoses": [...]}  known mistakes behind failures (grading.diagnosis)
     {"kind": "tamper", "violations": [...]}
-    {"kind": "done"}
+    {"kind": "exit", ...}                 the last line: grading.wire.ExitRecord, how it ended
 
-A child that dies leaves the lines it wrote; the parent reads them and the exit
-status. ``collect_only`` writes only the plan (no notebook is loaded). Hidden tests
+A judge that dies leaves the lines it wrote and no exit record; its parent
+(grading.proc.judges) writes that record for it, from how the process ended. ``collect_only`` writes only the plan (no notebook is loaded). Hidden tests
 arrive as copies in the work folder, which no contestant's sandbox shows, and are
 deleted as soon as pytest has imported them; they exist in this process only.
 """
@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from grading import wire
 from grading.layout import ROOT, exercise_of
 
 
@@ -260,8 +261,16 @@ def main(argv: list[str]) -> int:
             "--tb=no", "-rN"]  # the parent formats the messages; pytest need not
     if collect_only:
         args.append("--collect-only")
-    code = pytest.main(args, plugins=[collector])
-    collector.emit({"kind": "done", "exit": int(code), **peak_rss_kb()})
+    try:
+        code = pytest.main(args, plugins=[collector])
+    except (MemoryError, RuntimeError) as exc:  # the judge's own memory, outside any test
+        from grading.outcome import out_of_memory
+
+        if not out_of_memory(exc):
+            raise
+        collector.emit({"kind": "exit", **wire.ExitRecord("memory", **peak_rss_kb()).to_json()})
+        return 3
+    collector.emit({"kind": "exit", **wire.ExitRecord("finished", pytest_exit=int(code), **peak_rss_kb()).to_json()})
     out.close()
     sys.stdout.flush()
     return 0

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grading.proc import sandbox
+from grading.proc.env import child_env
+from grading.wire import ExitRecord, WireError
 
 
 _live: set[int] = set()  # process groups of the children running now (killed on Ctrl-C)
@@ -64,40 +66,38 @@ class ChildResult:
         return [line for line in self.lines if line.get("kind") == kind]
 
     @property
+    def exit(self) -> ExitRecord:
+        """How the judge ended: the exit record it wrote last, read strictly; or, when it
+        wrote none (a crash, a kill, a forged or broken record), ``crashed`` with how the
+        process ended, which only this parent can say."""
+        records = self.of("exit")
+        if len(records) == 1 and self.lines[-1] is records[0]:
+            try:
+                return ExitRecord.from_json({k: v for k, v in records[0].items() if k != "kind"})
+            except WireError:
+                pass
+        code = self.returncode
+        signal_number = -code if code is not None and code < 0 else (
+            code - SIGNAL_EXIT_BASE if code is not None and code > SIGNAL_EXIT_BASE and self.sandboxed else None)
+        return ExitRecord("crashed", returncode=code, signal=signal_number)
+
+    @property
     def finished(self) -> bool:
-        return bool(self.of("done"))
+        return self.exit.status == "finished"
 
     @property
     def peak_rss_mb(self) -> float | None:
         """The grading process's peak resident memory in MiB, as it reported at the end;
         None if it never finished. (Its subprocesses' peaks are reported apart, as
         ``children_max_rss_kb``: a fork's peak counts pages it shares with its parent.)"""
-        done = self.of("done")
-        kb = done[-1].get("max_rss_kb") if done else None
-        return kb / 1024 if isinstance(kb, (int, float)) else None
+        kb = self.exit.max_rss_kb
+        return kb / 1024 if kb is not None else None
 
 
 def judge_memory_mb(memory_mb: int) -> int:
     """The judge's own RLIMIT_DATA for ``--memory-mb`` (0: no limit, as for the plan's
     collection), applied by :func:`grading.judge.main.limit_memory` before it imports torch."""
     return memory_mb + JUDGE_OWN_MB if memory_mb > 0 else 0
-
-
-def child_env(work: Path, threads: int, cuda_devices: str) -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "VIRTUAL_ENV", "PYTHONPATH", "LD_LIBRARY_PATH", "GRADING_DIAGNOSIS")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
-    t = str(threads)
-    env.update({
-        "HOME": str(work), "TMPDIR": str(work), "MPLCONFIGDIR": str(work / ".matplotlib"),
-        "TRITON_CACHE_DIR": str(work / ".triton"), "TORCHINDUCTOR_CACHE_DIR": str(work / ".inductor"),
-        "XDG_CACHE_HOME": str(work / ".cache"), "MPLBACKEND": "Agg",
-        "CUDA_VISIBLE_DEVICES": cuda_devices, "OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t,
-        "OPENBLAS_NUM_THREADS": t, "NUMEXPR_NUM_THREADS": t, "VECLIB_MAXIMUM_THREADS": t,
-        "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-        "PYTHONFAULTHANDLER": "1", "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "TORCHINDUCTOR_COMPILE_THREADS": "1",  # inductor's worker pool would count against the process limit
-    })
-    return env
 
 
 def _drain(stream, result: ChildResult, chunks: list[bytes]):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grading.layout import ROOT, TESTS
+from grading.proc.env import child_env, work_folders
 
 LOG_CAP = 64 * 1024  # bytes of the contestants' stdout and stderr kept (the tail of a crash)
 MAX_PROCESSES = 1024  # processes and threads of one zygote's uid: gloo ranks and their threads count, and
@@ -76,7 +77,6 @@ class Launcher:
         self.isolation = "not started"
 
     def _start(self):
-        from grading.proc import judges as runner
         from grading.proc import sandbox
 
         self.close()
@@ -91,7 +91,7 @@ class Launcher:
             sandbox.prepare_work_dir(work, uid if os.geteuid() == 0 else None)
             argv = sandbox.wrap(argv, work=work, hide=[TESTS, *map(Path, self.limits.hide)], uid=uid,
                                 gpu=bool(self.limits.cuda_devices))
-        env = runner.child_env(work, self.limits.threads, self.limits.cuda_devices)
+        env = child_env(work, self.limits.threads, self.limits.cuda_devices)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
         env.update({str(k): str(v) for k, v in self.env.items()})
         env["GLOO_SOCKET_IFNAME"] = "lo"  # Chapter 10's ranks: loopback, inside the sandbox's own network
@@ -267,10 +267,7 @@ def contain(argv: list[str], work: Path, env: dict, *, show_tests: bool = False)
     from grading.proc import sandbox
 
     limits = current_limits()
-    env = {**env, "HOME": str(work), "TMPDIR": str(work), "TRITON_CACHE_DIR": str(work / ".triton"),
-           "MPLCONFIGDIR": str(work / ".matplotlib"), "XDG_CACHE_HOME": str(work / ".cache"),
-           "TORCHINDUCTOR_CACHE_DIR": str(work / ".inductor"),
-           "GRADING_LIMITS": limits.rlimits(cpu=False)}
+    env = {**env, **work_folders(work), "GRADING_LIMITS": limits.rlimits(cpu=False)}
     if not sandbox.status().sandboxed:
         return argv, env
     uid = limits.uid if limits.uid is not None else default_uid()

@@ -153,3 +153,36 @@ class LoadReport:
         if type(data["output_chars"]) is not int:
             raise WireError("a load report whose output count is not a count")
         return cls(problems, placeholders, data["output_chars"], borrowed[:100])
+
+
+EXIT_STATUSES = ("finished", "memory", "crashed")
+
+
+@dataclass
+class ExitRecord:
+    """How a judge ended: the last record it writes, or the one its parent writes for it.
+
+    ``finished``: pytest ran to its end (``pytest_exit`` is its exit code); ``memory``: the
+    judge itself ran out of memory; ``crashed``: it ended without a record (``returncode``,
+    or ``signal`` when a signal ended it), which only its parent can say. The peaks are the
+    judge's own (``max_rss_kb``, ``data_kb``) and its children's (``children_max_rss_kb``)."""
+
+    status: str
+    pytest_exit: int | None = None
+    returncode: int | None = None
+    signal: int | None = None
+    max_rss_kb: int | None = None
+    children_max_rss_kb: int | None = None
+    data_kb: int | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data) -> "ExitRecord":
+        """Strict: a known status and counts (or nulls) in every other field."""
+        if not (isinstance(data, dict) and set(data) == set(cls.__dataclass_fields__)
+                and data["status"] in EXIT_STATUSES
+                and all(data[k] is None or type(data[k]) is int for k in data if k != "status")):
+            raise WireError("an exit record without its fields")
+        return cls(**data)

@@ -13,7 +13,7 @@ the ones inside functions too:
   judge's module or the classroom);
 - ``notebook/`` imports only the faces and itself (it runs no process);
 - ``judge/`` never imports ``classroom/``; ``proc/`` never imports ``judge/`` or ``classroom/``;
-- no module is longer than :data:`MAX_LINES`.
+- no module is longer than :data:`MAX_LINES` (a module that long holds two concerns).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from grading.layout import ROOT
 PACKAGE = ROOT / "grading"
 FACES = {"grading", "grading.layout", "grading.compare", "grading.outcome", "grading.wire", "grading.alternatives",
          "grading.determinism", "grading.pins"}
-MAX_LINES = 560
+MAX_LINES = 550
 
 
 def _name(path: Path) -> str:
