@@ -23,7 +23,7 @@ help:
 	@echo "                and its Chinese edition into _build/html/zh_CN"
 	@echo "make book-zh    the Chinese edition alone, from the same execution cache"
 	@echo "make i18n-update  new English prose -> locales/ (then translate the empty and fuzzy entries)"
-	@echo "make test       install if needed and run every check (graders, stubs, catalogue, nbval, book, browser)"
+	@echo "make test       install if needed and run every check (lint, graders, stubs, catalogue, nbval, book, browser)"
 	@echo "make bench      run benchmarks/ and write _build/bench/results.json"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make solutions  re-execute solutions/ in place (refreshes their stored outputs)"
@@ -65,6 +65,7 @@ $(MODEL_CACHE): $(STAMP)
 	$(BIN)/python -c "from modellab.load import prepare_cache; prepare_cache()"
 
 test: $(STAMP) $(MODEL_CACHE)
+	$(BIN)/ruff check .
 	$(BIN)/python -m grading.stubs --check
 	$(MAKE) --no-print-directory i18n-check
 	$(MAKE) --no-print-directory release
