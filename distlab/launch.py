@@ -42,29 +42,14 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from distlab.results import CallResult, RankResult
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT_TAIL_CHARS = 3000
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 RENDEZVOUS_TIMEOUT_S = 120  # how long a rank waits for the others to join (loading a notebook included)
-
-
-@dataclass
-class CallResult:
-    value: object = None  # what the function returned (tensors, tuples, numbers)
-    bytes_sent: int = 0  # bytes of the tensors handed to torch.distributed.isend / send
-    sends: int = 0  # how many tensors were sent
-    seconds: float = 0.0  # wall time of the call in this rank (meaningless on a loaded 2-core machine)
-
-
-@dataclass
-class RankResult:
-    rank: int
-    status: str  # "ok", "not implemented", "error", "deadlock", "timeout", "crashed"
-    message: str = ""
-    calls: list[CallResult] = field(default_factory=list)
 
 
 class RanksFailed(Exception):

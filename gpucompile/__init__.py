@@ -467,7 +467,7 @@ def _compile_in_child(requests: list[dict]) -> list:
     return out
 
 
-def _child_main(spec_path: str, result_path: str) -> int:
+def child_main(spec_path: str, result_path: str) -> int:
     """In the child: rebuild each kernel from its source, compile it, write the results as JSON."""
     import base64
     import importlib

@@ -2,6 +2,6 @@
 
 import sys
 
-from gpucompile import _child_main
+from gpucompile import child_main
 
-sys.exit(_child_main(sys.argv[1], sys.argv[2]))
+sys.exit(child_main(sys.argv[1], sys.argv[2]))

