@@ -12,7 +12,7 @@ How it runs
   - Each rank loads the notebook with :func:`grading.notebook.loader.load_notebook` (the graders'
     own loader: the student's functions, as the single-process graders see them), applies
     the caller's swap of other exercises' functions for references, if any
-    (``grading.judge.substitute.applied``: a test of 10.6 runs the student's ``ring_attention``
+    (``grading.judge.substitute.swap_as``: a test of 10.6 runs the student's ``ring_attention``
     over the references of ``ring_step`` and ``shard_positions``), joins
     the process group with ``init_process_group("gloo", store=..., timeout=op_timeout)``
     and calls ``function(*args, **kwargs)`` for each of its calls.
@@ -66,27 +66,27 @@ class RanksFailed(Exception):
 
 
 # -- the caller's side ------------------------------------------------------------------
-_CALLERS = object()  # run_on_ranks' default for ``alone``: the swap in force in the caller
+_CALLERS = object()  # run_on_ranks' default for ``swap``: the swap in force in the caller
 
 
 def run_on_ranks(notebook, function: str, world_size: int, calls: list[list], *, op_timeout: float = 10.0,
-                 timeout: float = 90.0, alone=_CALLERS) -> list[RankResult]:
+                 timeout: float = 90.0, swap=_CALLERS) -> list[RankResult]:
     """Run ``function`` of the notebook at ``notebook`` on ``world_size`` gloo ranks.
 
     ``calls[rank]`` is that rank's list of ``(args, kwargs)``, or of
     ``(other_function, args, kwargs)`` to call another function of the notebook in the same
     process group; every rank has as many calls, made in order. ``op_timeout`` is the process group's timeout (a send or a
     receive that waits longer raises in the rank); ``timeout`` bounds the whole run,
-    after which every rank is killed. ``alone`` is the swap of ``grading.judge.substitute``
+    after which every rank is killed. ``swap`` is the swap of ``grading.judge.substitute``
     each rank applies after loading the notebook (``{"chapter": stem, "exercise":
     "N.M"}``, or None for none); by default the one in force in the caller (the test's).
     Returns one :class:`RankResult` per rank."""
     import torch
 
-    if alone is _CALLERS:
-        from grading.judge.substitute import active
+    if swap is _CALLERS:
+        from grading.judge.substitute import swap_in_force
 
-        alone = active()
+        swap = swap_in_force()
 
     if len(calls) != world_size or len({len(c) for c in calls}) != 1:
         raise ValueError(f"calls must hold one list per rank ({world_size}), all of one length")
@@ -101,7 +101,7 @@ def run_on_ranks(notebook, function: str, world_size: int, calls: list[list], *,
         # The rendezvous store is the helper's (port 0: it picks one): inside the sandbox's
         # own network namespace the ranks reach only each other.
         spec = {"notebook": str(copy), "function": function, "world_size": world_size,
-                "port": 0, "op_timeout": op_timeout, "folder": str(folder), "alone": alone}
+                "port": 0, "op_timeout": op_timeout, "folder": str(folder), "swap": swap}
         (folder / "spec.json").write_text(json.dumps(spec))
         env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
@@ -182,7 +182,7 @@ def _helper(spec_path: str) -> int:
 
     import grading.notebook.loader  # noqa: F401
 
-    if spec.get("alone"):
+    if spec.get("swap"):
         import grading.judge.substitute  # noqa: F401 - imported once here too (it reads the chapter's references)
     from grading.contestant.main import apply_limits
 
@@ -222,7 +222,7 @@ def _rank(spec: dict, rank: int) -> int:
 
     from grading.notebook.loader import load_notebook
     from grading.contestant.ranks import count_sends
-    from grading.judge.substitute import applied
+    from grading.judge.substitute import swap_as
 
     torch.set_num_threads(1)
     folder = Path(spec["folder"])
@@ -242,7 +242,7 @@ def _rank(spec: dict, rank: int) -> int:
     dist.init_process_group("gloo", store=store, rank=rank, world_size=spec["world_size"], timeout=op_timeout)
     prefix = f"{Path(spec['notebook']).resolve()}#cell-"
     try:
-        with applied(nb.module.__dict__, spec.get("alone")):
+        with swap_as(nb.module.__dict__, spec.get("swap")):
             for name, args, kwargs in calls:
                 fn = getattr(nb, name)
                 counter["bytes"] = counter["sends"] = 0

@@ -519,7 +519,7 @@ def contestant(sock: socket.socket) -> int:
         pass
     if spawn.references is not None and spawn.exercise:
         owned, references = swap.references_from_package(spawn.references, loaded.module.__dict__, c.ask)
-        swapping = swap.swapped(loaded.module.__dict__, spawn.stem, spawn.exercise, owned, references)
+        swapping = swap.swap_in(loaded.module.__dict__, spawn.stem, spawn.exercise, owned, references)
         swapping.__enter__()  # for this contestant's whole life: it grades one exercise
     wire.send(sock, {"ready": report.to_json(), **told})
     c.serve()

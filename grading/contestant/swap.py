@@ -1,8 +1,14 @@
 """The swap, in the process that holds the notebook: other exercises' names bound to references.
 
+One word for one idea: *the swap* of exercise N is every name another exercise owns,
+bound to its reference while N is graded. :func:`swap_in` binds a swap and undoes it;
+:func:`swap_in_force` says which swap is bound in this process (``{"chapter", "exercise"}``),
+which the judge announces without binding (:func:`swap_announced`) and a child that loads
+the notebook itself applies (``grading.judge.substitute.swap_as``).
+
 While exercise N is graded, every name another exercise owns is, in the loaded notebook's
 namespace, the reference's (:mod:`grading.judge.substitute` says which, and why). This
-module does the binding and undoes it: :func:`swapped` in a contestant, from the package
+module does the binding and undoes it: :func:`swap_in` in a contestant, from the package
 the judge sent (:func:`references_from_package`), where a plain function another exercise
 owns asks the judge (``ask``) instead of running here. ``calling`` and ``beside`` are how a
 chapter's ``tests/references/ref_NN_topic.py`` declares a reference that must run beside
@@ -18,7 +24,7 @@ from dataclasses import dataclass
 
 from grading.compare import GradingFailure
 
-_ACTIVE: list[dict] = []  # the swaps in force in this process, innermost last
+_IN_FORCE: list[dict] = []  # the swaps in force in this process, innermost last
 
 
 @dataclass(frozen=True)
@@ -86,20 +92,20 @@ def rebound(reference, overrides: dict):
 
 
 @contextlib.contextmanager
-def announced(stem: str, exercise: str):
-    """Within the block, :func:`active` reports ``{"chapter": stem, "exercise": exercise}``
+def swap_announced(stem: str, exercise: str):
+    """Within the block, :func:`swap_in_force` reports ``{"chapter": stem, "exercise": exercise}``
     without binding anything here: the judge's processes, whose children bind it."""
-    _ACTIVE.append({"chapter": stem, "exercise": exercise})
+    _IN_FORCE.append({"chapter": stem, "exercise": exercise})
     try:
         yield
     finally:
-        _ACTIVE.pop()
+        _IN_FORCE.pop()
 
 
-def active() -> dict | None:
+def swap_in_force() -> dict | None:
     """The swap in force in this process, ``{"chapter": stem, "exercise": "N.M"}``, or None:
     what a grader hands a child process that loads the notebook itself."""
-    return dict(_ACTIVE[-1]) if _ACTIVE else None
+    return dict(_IN_FORCE[-1]) if _IN_FORCE else None
 
 
 def stand_in(name: str, owner: str, exercise: str, stem: str):
@@ -144,12 +150,12 @@ class _Swaps:
 
 
 @contextlib.contextmanager
-def swapped(namespace: dict, stem: str, exercise: str, owned: dict[str, str], references: dict):
-    """:func:`graded_alone` with the table given: ``owned`` names and their exercises,
+def swap_in(namespace: dict, stem: str, exercise: str, owned: dict[str, str], references: dict):
+    """:func:`swap_for` with the table given: ``owned`` names and their exercises,
     ``references`` as in ``SUBSTITUTES`` (a contestant builds them from what the judge
     sends, :mod:`grading.contestant.main`)."""
     swaps = _Swaps()
-    _ACTIVE.append({"chapter": stem, "exercise": exercise})
+    _IN_FORCE.append({"chapter": stem, "exercise": exercise})
     try:
         classes_done = set()
         late = []  # names whose reference is a Calling: resolved once the plain swaps are in place
@@ -190,7 +196,7 @@ def swapped(namespace: dict, stem: str, exercise: str, owned: dict[str, str], re
         yield
     finally:
         swaps.undo()
-        _ACTIVE.pop()
+        _IN_FORCE.pop()
 
 
 def _asking(name: str, ask):

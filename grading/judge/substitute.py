@@ -49,9 +49,9 @@ only what must run beside the notebook's own objects is sent as source
 expected values with.
 
 *Other children.* The book's ``distlab`` runs a notebook's ring on gloo ranks that load it
-themselves; :func:`active` is the swap in force in this process, as a plain dict
+themselves; :func:`swap_in_force` is the swap in force in this process, as a plain dict
 ``{"chapter": stem, "exercise": "7.3"}``, which ``run_on_ranks`` sends along (JSON), and
-each rank applies it after loading the notebook, with :func:`applied`.
+each rank applies it after loading the notebook, with :func:`swap_as`.
 
 ``only_solved(solution, exercise)`` builds the notebook of the independence check
 (``pytest --prove``): the stubs, with one exercise's solution regions put back.
@@ -71,8 +71,8 @@ import nbformat
 import pytest
 
 from grading.layout import EXERCISES, TESTS, cell_source, chapter_of_test_file, exercise_of_marker
-from grading.contestant.swap import (Beside, Calling, active, announced, beside, calling, rebound,  # noqa: F401
-                                     resolve, stand_in, swapped)
+from grading.contestant.swap import (Beside, Calling, beside, calling, rebound, resolve,  # noqa: F401
+                                     stand_in, swap_announced, swap_in, swap_in_force)
 from grading.notebook.regions import replace_regions, stub_lines
 
 STUB_RAISE = re.compile(r"raise NotImplementedError\(\s*['\"]Exercise (\d+\.\d+)\b")
@@ -90,13 +90,13 @@ def answered_by_judge(name: str, reference) -> bool:
 
 
 @contextlib.contextmanager
-def applied(namespace: dict, alone: dict | None):
-    """In a child process, on the notebook it loaded: the swap ``alone`` (``active()`` in
-    the parent) for the duration of the block; nothing when ``alone`` is None."""
-    if not alone:
+def swap_as(namespace: dict, swap: dict | None):
+    """In a child process, on the notebook it loaded: the swap ``swap`` (``swap_in_force()`` in
+    the parent) for the duration of the block; nothing when ``swap`` is None."""
+    if not swap:
         yield
         return
-    with graded_alone(namespace, alone["chapter"], alone["exercise"]):
+    with swap_for(namespace, swap["chapter"], swap["exercise"]):
         yield
 
 
@@ -146,14 +146,14 @@ def chapter_table(stem: str):
 
 
 @contextlib.contextmanager
-def graded_alone(namespace: dict, stem: str, exercise: str | None):
+def swap_for(namespace: dict, stem: str, exercise: str | None):
     """Within the block, every name of ``namespace`` that an exercise other than
     ``exercise`` owns is the reference's (or a stand-in that says none is declared)."""
     table = chapter_table(stem)
     if table is None or exercise is None:
         yield
         return
-    with swapped(namespace, stem, exercise, *table):
+    with swap_in(namespace, stem, exercise, *table):
         yield
 
 
@@ -200,14 +200,14 @@ def _graded_alone(request):
     if use is not None:  # the judge's proxy: a contestant for this exercise, with its swap
         notebook.use(exercise)
     elif getattr(notebook, "__dict__", {}).get("module") is not None:  # make bench's in-process baseline
-        with graded_alone(notebook.module.__dict__, chapter.stem, exercise):
+        with swap_for(notebook.module.__dict__, chapter.stem, exercise):
             yield
         return
     # Children that load the notebook themselves (distlab) send it along.
     if chapter_table(chapter.stem) is None or exercise is None:
         yield
         return
-    with announced(chapter.stem, exercise):
+    with swap_announced(chapter.stem, exercise):
         yield
 
 

@@ -172,14 +172,14 @@ def test_the_swap_reaches_classes_and_is_undone(monkeypatch):
     namespace = {"Cache": Cache, "helper": helper, "other": lambda: "student other"}
     owned = {"Cache.own": "9.1", "helper": "9.2", "other": "9.3"}
     monkeypatch.setitem(substitute._TABLES, "99_test", (owned, {"helper": lambda self: "reference helper"}))
-    with substitute.graded_alone(namespace, "99_test", "9.1"):
+    with substitute.swap_for(namespace, "99_test", "9.1"):
         cache = namespace["Cache"]()
         assert cache.own() == "student"  # the graded exercise stays the student's
         assert cache.helper() == namespace["helper"](None) == "reference helper"  # attached to the class too
         with pytest.raises(GradingFailure, match="grader error.*`other` of Exercise 9.3"):
             namespace["other"]()
     assert Cache().helper() == "student helper" and namespace["other"]() == "student other"
-    with substitute.graded_alone(namespace, "99_test", "9.2"):
+    with substitute.swap_for(namespace, "99_test", "9.2"):
         with pytest.raises(GradingFailure, match="`Cache.own` of Exercise 9.1"):
             Cache().own()
     assert Cache().own() == "student" and "own" in Cache.__dict__
@@ -215,12 +215,12 @@ def test_a_reference_declared_calling_uses_the_notebooks_names(monkeypatch):
     owned = {"_helper": "9.1", "_caller": "9.2"}
     references = {"_helper": _helper, "_caller": substitute.calling(f"{__name__}:_caller", "_helper")}
     monkeypatch.setitem(substitute._TABLES, "99_test", (owned, references))
-    with substitute.graded_alone(namespace, "99_test", "9.1"):  # the helper is graded inside the reference caller
+    with substitute.swap_for(namespace, "99_test", "9.1"):  # the helper is graded inside the reference caller
         assert namespace["_caller"](0) == "reference caller over student helper"
-        assert substitute.active() == {"chapter": "99_test", "exercise": "9.1"}
-    with substitute.graded_alone(namespace, "99_test", "9.2"):
+        assert substitute.swap_in_force() == {"chapter": "99_test", "exercise": "9.1"}
+    with substitute.swap_for(namespace, "99_test", "9.2"):
         assert namespace["_caller"](0) == "student caller" and namespace["_helper"](0) == "reference helper"
-    assert substitute.active() is None and namespace["_caller"](0) == "student caller"
+    assert substitute.swap_in_force() is None and namespace["_caller"](0) == "student caller"
 
 
 # -- the swap in processes that load the notebook themselves -----------------------------------
@@ -264,10 +264,10 @@ def test_the_swap_reaches_the_contestant():
 def test_the_swap_reaches_every_gloo_rank():
     out, lse = _empty_rows()
     calls = [[((out, lse, out, lse), {})] for _ in range(2)]
-    with_swap = run_on_ranks(CH10.exercise, "merge_attention", 2, calls, alone=ALONE_10_2)
+    with_swap = run_on_ranks(CH10.exercise, "merge_attention", 2, calls, swap=ALONE_10_2)
     assert [r.status for r in with_swap] == ["ok", "ok"], [r.message for r in with_swap]
     assert torch.equal(with_swap[1].calls[0].value[1], lse)
-    without = run_on_ranks(CH10.exercise, "merge_attention", 2, calls, alone=None)
+    without = run_on_ranks(CH10.exercise, "merge_attention", 2, calls, swap=None)
     # Without the swap each rank reaches the stub. The first rank to raise leaves the gloo
     # group, and its peer, still inside a collective, may die of the closed connection
     # instead (seen once in CI on a loaded 2-core machine): a crash is no answer, an ok is.
