@@ -155,7 +155,8 @@ def chapter_verdict(r: ChildResult, planned: set[str], timeout: float, limit: st
         return gb.CRASHED, gb.crash_text(ended.returncode, ended.signal)
     errors = r.of("collect_error")
     if errors:
-        return gb.REVIEW, "the graders could not run: " + (errors[0].get("summary") or gb.one_line(errors[0]["message"]))
+        why = errors[0].get("summary") or gb.one_line(errors[0]["message"])
+        return gb.REVIEW, f"the graders could not run: {why}"
     return None
 
 

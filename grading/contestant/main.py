@@ -186,7 +186,8 @@ class Contestant:
         self.loaded = None
         self.watch = None  # a grading.contestant.watch mode while the judge watches
         self.method_names: dict[type, list[str]] = {}
-        self.kernels: dict | None = None  # what the last call's Triton launches wrote (grading.contestant.triton_bounds)
+        # what the last call's Triton launches wrote (grading.contestant.triton_bounds)
+        self.kernels: dict | None = None
 
     # handles
     def handle(self, value) -> dict:
@@ -344,7 +345,8 @@ def _call(c: Contestant, fn, request, buffers):
     before = {i: a.detach().clone() for i, a in _slots(args, kwargs) if isinstance(a, torch.Tensor)}
     checker = None
     with contextlib.ExitStack() as around:
-        if c.spawn.bounds_checked:  # Chapter 7: every interpreted load and store checked (grading.contestant.triton_bounds)
+        # Chapter 7: every interpreted load and store checked (grading.contestant.triton_bounds)
+        if c.spawn.bounds_checked:
             from grading.contestant.triton_bounds import bounds_checked
 
             checker = around.enter_context(bounds_checked())
@@ -508,8 +510,8 @@ def contestant(sock: socket.socket) -> int:
         told = ranks.prepare(spawn.rank)
     loaded = run_notebook(node, SUBMISSION_DIR / spawn.name)
     c.loaded = loaded
-    report = LoadReport(problems=[{"cell": p.cell, "kind": p.kind, "message": str(p.message)[:2000],
-                                   "memory": bool(p.memory)} for p in loaded.problems],
+    report = LoadReport(problems=[wire.CellProblem.of(p.cell, p.kind, p.message, p.memory).to_json()
+                                  for p in loaded.problems],
                         placeholders=dict(loaded.placeholders), output_chars=len(loaded.output))
     try:
         from grading.notebook import review as tamper

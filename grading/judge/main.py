@@ -15,7 +15,8 @@ object per line, to file descriptor N (a pipe the parent made; no path leads to 
     {"kind": "exit", ...}                 the last line: grading.wire.ExitRecord, how it ended
 
 A judge that dies leaves the lines it wrote and no exit record; its parent
-(grading.proc.judges) writes that record for it, from how the process ended. ``collect_only`` writes only the plan (no notebook is loaded). Hidden tests
+(grading.proc.judges) writes that record for it, from how the process ended.
+``collect_only`` writes only the plan (no notebook is loaded). Hidden tests
 arrive as copies in the work folder, which no contestant's sandbox shows, and are
 deleted as soon as pytest has imported them; they exist in this process only.
 """
@@ -162,13 +163,12 @@ class Collector:
             main = [v for (_, stem), v in state.cache.items() if stem == self.chapter] or list(state.cache.values())[:1]
             for loaded in main:
                 if isinstance(loaded, RemoteNotebook):
-                    for p in loaded.problems:
-                        problems.append({"cell": p.cell, "kind": p.kind, "message": str(p.message)[:1000],
-                                         "memory": p.memory})
+                    problems += [wire.CellProblem.of(p.cell, p.kind, p.message, p.memory).to_json()
+                                 for p in loaded.problems]
                     borrowed += loaded.report.borrowed + tamper.library_answers(loaded.text)
                     output_chars = max(output_chars, loaded.report.output_chars)
                 elif isinstance(loaded, Unloadable):
-                    problems.append({"cell": -1, "kind": "unreadable", "message": loaded.message})
+                    problems.append(wire.CellProblem.of(-1, "unreadable", loaded.message).to_json())
             state.close()
         self.emit({"kind": "load", "problems": problems, "output_chars": output_chars})
         if state is not None:

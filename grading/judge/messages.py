@@ -103,7 +103,7 @@ def student_message(item, excinfo) -> str:
 
 
 def dependency_first(item, exercise: str | None) -> str:
-    """Issue 26: where a chapter is graded as a whole (the student edition, which ships no
+    """Where a chapter is graded as a whole (the student edition, which ships no
     references to swap in), an exercise calls the student's own functions of the others;
     a failure says first which of them fails its own tests."""
     stem = chapter_stem(item.path)

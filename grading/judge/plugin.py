@@ -53,7 +53,8 @@ def pytest_addoption(parser):
     group = parser.getgroup("grading")
     group.addoption("--notebooks", default=None, help="directory of notebooks to grade (default: solutions/)")
     group.addoption(
-        "--prove", action="store_true", help="prove the graders: solutions pass, stubs fail, every catalogued bug is rejected"
+        "--prove", action="store_true",
+        help="prove the graders: solutions pass, stubs fail, every catalogued bug is rejected"
     )
     group.addoption("--record-expected", default=None, metavar="DIR",
                     help="record every reference call the graders make into DIR/NN_topic.npz (grading.judge.replay; "
@@ -297,7 +298,8 @@ class GradingState:
             tr.write_line(f"{'total':<28} {total[0]:>6.1f} / {total[1]:<4}")
         if self.config.getoption("prove"):
             tr.section("grader proof")
-            tr.write_line(f"stubs: {self.stub_checked} grader tests ran on exercises/, {len(self.stub_escapes)} passed a stub")
+            tr.write_line(f"stubs: {self.stub_checked} grader tests ran on exercises/, "
+                          f"{len(self.stub_escapes)} passed a stub")
             for nodeid in self.stub_escapes:
                 tr.write_line(f"  PASSED A STUB (asserts nothing): {nodeid}")
             for key in sorted(self.bug_runs):
@@ -483,7 +485,8 @@ def pytest_runtest_makereport(item, call):
     if variant.kind == "stub":
         if report.passed:
             report.outcome = "failed"
-            report.longrepr = f"{item.nodeid}: this grader passes the stub notebook in exercises/, so it asserts nothing"
+            report.longrepr = (f"{item.nodeid}: this grader passes the stub notebook in exercises/, "
+                               "so it asserts nothing")
             report.user_properties.append(("stub_escaped", True))
         else:
             report.outcome = "passed"
@@ -491,10 +494,10 @@ def pytest_runtest_makereport(item, call):
         report.user_properties.append(("why", variant.bug.why))
         exercise = exercise_of(item)
         if report.failed and substitute.chapter_table(stem) is not None and exercise != variant.bug.exercise:
-            # Issue 16: a mistake in one exercise must cost no points in another.
+            # A mistake in one exercise must cost no points in another.
             shown = pytest.Function.repr_failure(item, call.excinfo) if call.excinfo else report.longrepr
-            report.longrepr = (f"{item.nodeid}: the catalogue bug {variant.bug.name} of Exercise {variant.bug.exercise} "
-                               f"fails this test of Exercise {exercise}:\n{shown}")
+            report.longrepr = (f"{item.nodeid}: the catalogue bug {variant.bug.name} of Exercise "
+                               f"{variant.bug.exercise} fails this test of Exercise {exercise}:\n{shown}")
             return report
         if report.failed:
             report.user_properties.append(("bug_rejected", True))

@@ -187,7 +187,7 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(autouse=True)
 def _graded_alone(request):
-    """Issue 16: a test of exercise N sees the references for every other exercise."""
+    """A test of exercise N sees the references for every other exercise."""
     chapter = chapter_of_test_file(getattr(request.node, "path", ""))
     if chapter is None or "nb" not in request.fixturenames:
         yield

@@ -223,8 +223,7 @@ def remote_error(exc: BaseException, kind: str = "") -> wire.RemoteError:
     if not kind:
         if isinstance(exc, CellDidNotRun):
             kind, name = "cell_did_not_run", exc.name
-            problems = [wire.CellProblem(p.cell, p.kind, str(p.message)[: wire.MESSAGE_TEXT_CAP], bool(p.memory)).to_json()
-                        for p in exc.problems]
+            problems = [wire.CellProblem.of(p.cell, p.kind, p.message, p.memory).to_json() for p in exc.problems]
         elif isinstance(exc, NotImplementedError):
             kind = "not_implemented"
         elif isinstance(exc, GradingFailure):

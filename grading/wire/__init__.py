@@ -25,7 +25,8 @@ object the submission chose. Every byte of a message's buffers is named by at mo
 tensor or array: ranges that overlap, or that lie outside the buffers, are refused, so
 what a message decodes to is never larger than the message (one 8 MiB buffer named by
 450 tensors would otherwise be 3.6 GiB in the judge); a strided tensor's logical size,
-which may exceed its bytes (an expanded head), is capped by :data:`LOGICAL_CAP`. The contestant decodes what the judge sends leniently.
+which may exceed its bytes (an expanded head), is capped by :data:`LOGICAL_CAP`. The contestant
+decodes what the judge sends leniently.
 An exception crosses as :class:`RemoteError` (its type's name, its built-in bases,
 the message, where in the notebook it was raised).
 """

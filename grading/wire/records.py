@@ -70,9 +70,14 @@ class RemoteError:
                    name=text["name"][:200], observed=observed)
 
 
+PROBLEM_TEXT_CAP = 2000  # characters of one cell problem's message, wherever it is made
+
+
 @dataclass
 class CellProblem:
-    """What the loader noticed in one cell of a notebook, as the judge reads it."""
+    """What the loader noticed in one cell of a notebook, as the judge reads it. Made with
+    :meth:`of` everywhere (the contestant's load report, an error's cells, the judge's
+    lines), so that one cap holds."""
 
     cell: int  # index among all cells, as Jupyter counts them (0-based)
     kind: str  # "error", "not implemented", "skipped", "unreadable"
@@ -82,15 +87,19 @@ class CellProblem:
     def __str__(self) -> str:
         return f"cell {self.cell}: {self.kind}: {self.message}"
 
+    @classmethod
+    def of(cls, cell: int, kind: str, message, memory: bool = False) -> "CellProblem":
+        return cls(int(cell), str(kind)[:40], str(message)[:PROBLEM_TEXT_CAP], bool(memory))
+
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data) -> "CellProblem":
-        """Strict: the four fields of their types, the message at most MESSAGE_TEXT_CAP."""
+        """Strict: the four fields of their types, the message at most PROBLEM_TEXT_CAP."""
         if not (isinstance(data, dict) and set(data) == set(cls.__dataclass_fields__) and type(data["cell"]) is int
                 and isinstance(data["kind"], str) and isinstance(data["message"], str)
-                and isinstance(data["memory"], bool) and len(data["message"]) <= MESSAGE_TEXT_CAP
+                and isinstance(data["memory"], bool) and len(data["message"]) <= PROBLEM_TEXT_CAP
                 and len(data["kind"]) <= 40):
             raise WireError("a cell problem without its fields")
         return cls(data["cell"], data["kind"], data["message"], data["memory"])

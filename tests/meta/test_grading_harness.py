@@ -126,7 +126,7 @@ def test_a_cell_that_does_not_compile_is_described_by_its_line(tmp_path):
 
 
 def test_a_load_error_is_reported_once_per_exercise_without_internals(tmp_path):
-    """Issue 16: one typo in one cell printed 104 tracebacks of pytest internals."""
+    """One typo in one cell printed 104 tracebacks of pytest internals."""
     nb = nbformat.read(SOLUTIONS / "01_kv_memory.ipynb", as_version=4)
     cell = next(c for c in nb.cells if "def kv_bytes_per_token" in c.source)
     cell.source = cell.source.replace("    _check_int(\"num_layers\", num_layers)", "      _check_int(\"num_layers\", num_layers)")
@@ -164,7 +164,7 @@ def test_bug_substitution_must_match_once():
 
 
 def test_a_library_implementation_of_an_exercise_is_listed_for_review():
-    """Issue 26: 9.6 earned full marks through transformers' ROPE_INIT_FUNCTIONS. The
+    """9.6 earned full marks through transformers' ROPE_INIT_FUNCTIONS. The
     values are right, so no grader fails; the judge lists the name from the notebook's
     code cells (its text: no notebook code runs) for the instructor instead."""
     import nbformat

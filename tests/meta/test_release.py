@@ -94,7 +94,7 @@ def test_graders_run_from_inside_the_release(tmp_path):
 
 @needs_release
 def test_a_catalogue_bug_graded_from_the_release_is_diagnosed(tmp_path):
-    """Issue 26, item 2: the release ships the diagnosis tables (names, hints, sections,
+    """The release ships the diagnosis tables (names, hints, sections,
     outputs; no bug code), so a known mistake graded there is named as in the repository."""
     from grading.notebook.catalogue import load_catalogue
 
@@ -140,7 +140,7 @@ def _graded_from_release(stem: str, notebooks, *extra: str) -> subprocess.Comple
 
 @needs_release
 def test_release_ships_expected_values_not_reference_code(record_property):
-    """Issue 26, item 1: no file of tests/references/ ships and no function of the
+    """No file of tests/references/ ships and no function of the
     references' source appears in any file of the release (the book included); each
     chapter's graders have their recorded expected values instead; the zip's size is
     reported (goal: at most 50 MiB)."""
@@ -213,7 +213,7 @@ DEPENDENCY_CASES = [
 @pytest.mark.timeout(CHAPTER_TIMEOUT_S)
 @pytest.mark.parametrize("stem,bug_name,marker,first_line", DEPENDENCY_CASES, ids=[c[1] for c in DEPENDENCY_CASES])
 def test_a_failing_dependency_is_named_first(tmp_path, stem, bug_name, marker, first_line):
-    """Issue 26: the release grades a chapter as a whole (no reference to swap in), so an
+    """The release grades a chapter as a whole (no reference to swap in), so an
     exercise runs the student's own functions of the others, through its code or through
     its test; with a mistake in one of them, the other's failure says first which one
     fails its own tests."""

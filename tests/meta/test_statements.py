@@ -274,7 +274,7 @@ def test_the_statement_check_can_fail():
 
 
 def test_validation_helpers_live_in_one_hidden_cell():
-    """Issue 16, item 7: the notebook starts with the exercise. The shared validation
+    """The notebook starts with the exercise. The shared validation
     helpers sit in one cell after the setup, hidden in the book and collapsed in Jupyter,
     with one name per check (the integer check is ``_check_int`` in every notebook)."""
     for chapter in CHAPTERS:
