@@ -571,7 +571,8 @@ def check_fp8_pair(out, x, per_head, dtype, call):
     scale_shape = (*x.shape[:2], 1, 1) if per_head else ()
     if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or tuple(scale.shape) != scale_shape:
         raise GradingFailure(f"{call}: scale must be a float32 tensor of shape {scale_shape} (one per "
-                             f"{'KV head' if per_head else 'tensor'}), got {getattr(scale, 'dtype', type(scale).__name__)}"
+                             f"{'KV head' if per_head else 'tensor'}), got "
+                             f"{getattr(scale, 'dtype', type(scale).__name__)}"
                              f" {tuple(getattr(scale, 'shape', ()))}")
     return codes, scale
 
