@@ -454,7 +454,7 @@ def _mean(per_depth) -> float:
 
 
 def memory_records(results) -> list[Record]:
-    n, acc = results["n"], results["accuracy"]
+    n = results["n"]
     keys = sum(len(v) for v in results["trials_accuracy"]["full"]["0.25"])
     note = f"{keys} keys over {len(results['depths'])} depths; {results['machine']}; {results['date']}"
     if not results.get("complete", True):

@@ -121,7 +121,7 @@ def test_quantize_int8_zero_rows_make_no_nan(nb, d):
         raise GradingFailure("quantize_int8 on rows of zeros produced NaN or inf in: "
                              + ", ".join(dict.fromkeys(watch.seen)))
     assert_equal(q[0].tolist(), [0] * d, f"quantize_int8(zeros(3, {d}))[0][0]")
-    assert_equal(x_hat[0].tolist(), [0.0] * d, f"dequantize_int8 of a zero row")
+    assert_equal(x_hat[0].tolist(), [0.0] * d, "dequantize_int8 of a zero row")
 
 
 @pytest.mark.ex3_1
