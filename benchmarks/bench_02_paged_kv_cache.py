@@ -30,7 +30,8 @@ def _waste(sol) -> list[Record]:
     note = "64 requests, prompt/output ~ U[1, 1024], max_seq_len 2048, batch 16, page 16"
     return [
         Record("paged.waste_fraction", result["paged"], "fraction", "<= 0.04", note=note),
-        Record("contiguous.waste_fraction", result["contiguous"], "fraction", "report", note=note + " (peer; expected >= 0.5)"),
+        Record("contiguous.waste_fraction", result["contiguous"], "fraction", "report",
+               note=note + " (peer; expected >= 0.5)"),
     ]
 
 
@@ -60,7 +61,8 @@ def _decode(sol) -> list[Record]:
         raise AssertionError(f"paged and dense decode attention disagree (max abs error {err:.3g})")
     t_paged, t_dense = paired_times([paged, dense], rounds=15)
     ratio = median_ratio(t_paged, t_dense)
-    note = (f"median of 15 paired rounds; best: paged {min(t_paged) * 1e3:.1f} ms, dense SDPA {min(t_dense) * 1e3:.1f} ms; "
+    note = (f"median of 15 paired rounds; best: paged {min(t_paged) * 1e3:.1f} ms, "
+            f"dense SDPA {min(t_dense) * 1e3:.1f} ms; "
             "B8 T4096 H8 Hkv2 D128 fp32")
     return [Record("paged.decode_vs_dense_cpu", ratio, "x", "<= 3.0", note=note)]
 

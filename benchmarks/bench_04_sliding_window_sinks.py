@@ -59,9 +59,12 @@ def run() -> list[Record]:
     shape = f"B{BATCH} H_kv{NUM_KV_HEADS} d{HEAD_DIM} fp16, median of {ROUNDS} paired rounds"
     return [
         Record("window.ring_vs_cat_speedup_w8192", median_ratio(cat_8k, ring_8k), "x", ">= 20",
-               note=f"{shape}; best: cat+slice {per_token(cat_8k):.1f} us/token, ring {per_token(ring_8k):.1f} us/token"),
+               note=f"{shape}; best: cat+slice {per_token(cat_8k):.1f} us/token, ring {per_token(ring_8k):.1f} "
+                    "us/token"),
         Record("window.append_growth_1k_to_8k", median_ratio(ring_8k, ring_1k), "x", "<= 2",
-               note=f"{shape}; best: ring {per_token(ring_1k):.1f} us/token at W=1024, {per_token(ring_8k):.1f} at W=8192"),
-        Record("window.cat_append_us_w8192", per_token(cat_8k), "us", note="concatenate-and-slice, K and V, per token, best"),
+               note=f"{shape}; best: ring {per_token(ring_1k):.1f} us/token at W=1024, {per_token(ring_8k):.1f} at "
+                    "W=8192"),
+        Record("window.cat_append_us_w8192", per_token(cat_8k), "us",
+               note="concatenate-and-slice, K and V, per token, best"),
         Record("window.ring_append_us_w8192", per_token(ring_8k), "us", note="ring buffer, K and V, per token, best"),
     ]

@@ -1,8 +1,9 @@
 """Chapter 6: the chunkwise gated delta rule against the per-token recurrence.
 
 Both are the book's own solutions (solutions/06_delta_rule.ipynb), timed side by side
-in one run on the CPU (paired rounds, see ``benchmarks.records.median_ratio``), fp32, T = 4096, d_k = d_v = 64, chunk size 64. The error record
-is the largest |chunkwise - recurrent| over the outputs of both runs.
+in one run on the CPU (paired rounds, see ``benchmarks.records.median_ratio``), fp32,
+T = 4096, d_k = d_v = 64, chunk size 64. The error record is the largest
+|chunkwise - recurrent| over the outputs of both runs.
 
 A Python loop over tokens is a weak peer: most of its time is the interpreter and
 the launch of five small operations per token. The second peer is the same per-token

@@ -64,7 +64,8 @@ def interp_max_abs_err() -> Record:
 
 
 def interp_suite_seconds() -> Record:
-    command = [sys.executable, "-m", "pytest", "tests/test_07_triton_kernels.py", "-q", "-n", "2", "-p", "no:cacheprovider"]
+    command = [sys.executable, "-m", "pytest", "tests/test_07_triton_kernels.py", "-q", "-n", "2", "-p",
+               "no:cacheprovider"]
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
     seconds = time.perf_counter() - start

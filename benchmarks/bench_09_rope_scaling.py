@@ -27,7 +27,6 @@ import math
 import os
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F

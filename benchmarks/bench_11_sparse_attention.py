@@ -3,10 +3,11 @@
 *The memory harness.* A pass key of ``KEY_DIGITS`` random digits is stated, in a
 paragraph of its own, at depth ``D`` of a long English text (Chapter 8's), and the
 context ends with a question about it, ``N`` tokens in all. The model (SmolLM2-135M-Instruct,
-our decode loop over its Q4_1 GGUF weights, de-quantized to fp32) reads the context, question included, with the full cache (one
-prefill, attention by PyTorch's fused causal kernel), and then each cache policy is
-applied to what it cached, layer by layer and KV head by KV head, at a budget of a
-fraction of the cached tokens (as eviction is used: after the prompt). The answer (the
+our decode loop over its Q4_1 GGUF weights, de-quantized to fp32) reads the context,
+question included, with the full cache (one prefill, attention by PyTorch's fused causal
+kernel), and then each cache policy is applied to what it cached, layer by layer and KV
+head by KV head, at a budget of a fraction of the cached tokens (as eviction is used:
+after the prompt). The answer (the
 question's last token and the key) is then read through each policy's cache, and the
 score is the model's greedy next-token accuracy on the key's digits, teacher-forced: a
 model that no longer sees the needle can only guess (one in ten). The full cache must
@@ -262,7 +263,8 @@ def read_mask(method, q, layer, budget, sol, bounds):
     if method == "quest":
         lo, hi = bounds  # (1, H_kv, P, d) each
         qt = q[0].transpose(0, 1)  # (T, H, d): the answer's queries as a batch of decode steps
-        pages = sol.quest_select(qt, lo.expand(T, -1, -1, -1), hi.expand(T, -1, -1, -1), max(1, budget // PAGE))  # (T, H, S)
+        pages = sol.quest_select(qt, lo.expand(T, -1, -1, -1), hi.expand(T, -1, -1, -1),
+                                 max(1, budget // PAGE))  # (T, H, S)
         pos = (pages[..., None] * PAGE + torch.arange(PAGE)).reshape(T, H, -1).clamp_max(N_c - 1)  # (T, H, S * PAGE)
         mask = mask.transpose(0, 1).scatter_(2, pos, True).transpose(0, 1)  # (H, T, N_c)
     else:  # moba, moba_kv: block means, top blocks by q . mean, the last block always
@@ -276,7 +278,8 @@ def read_mask(method, q, layer, budget, sol, bounds):
         if method == "moba_kv":
             blocks = _top_per_kv_head(score, G, max(1, budget // BLOCK))
         else:
-            top = torch.sort(score, dim=-1, descending=True, stable=True).indices[..., : max(1, budget // BLOCK)]  # (H, T, k)
+            order = torch.sort(score, dim=-1, descending=True, stable=True).indices
+            top = order[..., : max(1, budget // BLOCK)]  # (H, T, k)
             blocks = torch.zeros(H, T, C, dtype=torch.bool).scatter_(-1, top, True)
         mask = blocks.repeat_interleave(BLOCK, dim=-1)[..., :N_c]
     return mask
@@ -430,7 +433,8 @@ def _results(n, depths, trials, budgets, acc, start, complete, read=None) -> dic
         "complete": complete,
         "model": "SmolLM2-135M-Instruct (our decode loop over its Q4_1 GGUF weights, de-quantized to fp32)",
         "text": f"Chapter 8's long text, first {n} tokens, a pass key of {KEY_DIGITS} random digits at each depth",
-        "n": n, "task": "passkey", "key_digits": KEY_DIGITS, "needle": NEEDLE, "question": QUESTION, "depths": list(depths),
+        "n": n, "task": "passkey", "key_digits": KEY_DIGITS, "needle": NEEDLE, "question": QUESTION,
+        "depths": list(depths),
         "trials": done if not complete else trials, "trials_planned": trials, "budgets": list(budgets),
         "kivi_bytes_fraction": kivi_bytes_fraction(64, n),
         "settings": {"num_sink": NUM_SINK, "obs_window": OBS_WINDOW, "pool": POOL, "page": PAGE, "block": BLOCK,
@@ -450,7 +454,7 @@ def _mean(per_depth) -> float:
 
 
 def memory_records(results) -> list[Record]:
-    n, acc = results["n"], results["accuracy"]
+    n = results["n"]
     keys = sum(len(v) for v in results["trials_accuracy"]["full"]["0.25"])
     note = f"{keys} keys over {len(results['depths'])} depths; {results['machine']}; {results['date']}"
     if not results.get("complete", True):

@@ -13,8 +13,8 @@
 
 - ``grade.peak_rss_mb_max``: the largest, over chapters, of the memory a
   Gradescope container must hold to grade that chapter: the proportional set size (PSS:
-  shared pages counted once) of the whole process tree of ``python -m grading.gradescope run`` (front door, sandbox, grading
-  child and its subprocesses), sampled while the chapter is graded, on ``solutions/``.
+  shared pages counted once) of the whole process tree of ``python -m grading.gradescope run``
+  (front door, sandbox, grading child and its subprocesses), sampled while the chapter is graded, on ``solutions/``.
   Goal: within Gradescope's default 768 MB container.
 - ``grade.gradescope_peak_mib_grader_env``: the same peak, for an
   ``autograder.zip`` of Chapters 1 and 11 run by its own ``run_autograder`` as in

@@ -66,7 +66,8 @@ def run() -> list[Record]:
     cache = model.new_cache(lambda: modellab.DenseCache(torch.float16))
     model.forward(prompt, cache)
     records.append(Record("model.kv_bytes_formula_vs_actual", per_token * prompt.shape[1] / cache.nbytes(), "x",
-                          "== 1.0", note=f"{per_token} B/token in fp16 x {prompt.shape[1]} tokens vs the cache's tensors"))
+                          "== 1.0",
+                          note=f"{per_token} B/token in fp16 x {prompt.shape[1]} tokens vs the cache's tensors"))
     return records
 
 

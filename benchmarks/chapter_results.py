@@ -248,7 +248,8 @@ def memory_harness(path: Path = MEMORY_FILE, inline: Path = INLINE_NEEDLE_FILE) 
     lines = [f"| method, 25% budget | {depth_cells} | mean |{read_cell}",
              "| --- |" + " ---: |" * (len(depths) + 1 + bool(read))]
     for m in have:
-        row = f"| {MEMORY_METHODS[m]} | " + " | ".join(f"{v:.2f}" for v in acc[m][MEMORY_BUDGET]) + f" | {mean[m]:.2f} |"
+        cells = " | ".join(f"{v:.2f}" for v in acc[m][MEMORY_BUDGET])
+        row = f"| {MEMORY_METHODS[m]} | " + cells + f" | {mean[m]:.2f} |"
         if read:
             shares = [x for x in read.get(m, {}).get(MEMORY_BUDGET, []) if x is not None]
             row += f" {sum(shares) / len(shares):.0%} |" if shares else " |"

@@ -18,7 +18,7 @@ Beside each measurement it prints the roofline prediction of the chapter
 (``gpucompile.chapter07``: the time at the tensor cores' peak or at the HBM bandwidth,
 whichever is longer, with perfect L2 reuse of K and V) for an H100 SXM or an H200, and
 stores it in the results, so the model meets its first measurement.
-"""
+"""  # noqa: E501 (the description of --help, printed as written)
 
 from __future__ import annotations
 
@@ -155,7 +155,8 @@ def main(argv: list[str]) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{record.name} = {record.value:.3f} (goal {record.goal}: {'pass' if record.passed else 'MISS'}); wrote {args.out}")
+    print(f"{record.name} = {record.value:.3f} (goal {record.goal}: {'pass' if record.passed else 'MISS'}); wrote "
+          f"{args.out}")
     return 0
 
 

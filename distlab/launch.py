@@ -75,12 +75,12 @@ def run_on_ranks(notebook, function: str, world_size: int, calls: list[list], *,
 
     ``calls[rank]`` is that rank's list of ``(args, kwargs)``, or of
     ``(other_function, args, kwargs)`` to call another function of the notebook in the same
-    process group; every rank has as many calls, made in order. ``op_timeout`` is the process group's timeout (a send or a
-    receive that waits longer raises in the rank); ``timeout`` bounds the whole run,
-    after which every rank is killed. ``swap`` is the swap of ``grading.judge.substitute``
-    each rank applies after loading the notebook (``{"chapter": stem, "exercise":
-    "N.M"}``, or None for none); by default the one in force in the caller (the test's).
-    Returns one :class:`RankResult` per rank."""
+    process group; every rank has as many calls, made in order. ``op_timeout`` is the
+    process group's timeout (a send or a receive that waits longer raises in the rank);
+    ``timeout`` bounds the whole run, after which every rank is killed. ``swap`` is the
+    swap of ``grading.judge.substitute`` each rank applies after loading the notebook
+    (``{"chapter": stem, "exercise": "N.M"}``, or None for none); by default the one in
+    force in the caller (the test's). Returns one :class:`RankResult` per rank."""
     import torch
 
     if swap is _CALLERS:

@@ -39,7 +39,8 @@ def observed_tensor(got: torch.Tensor, call: str, *, atol: float, rtol: float, w
     as the grader compared them with the right one."""
     flat = got.detach().to("cpu", torch.float64).reshape(-1)
     n = flat.numel()
-    positions = sorted({round(i * (n - 1) / max(OBSERVED_SAMPLES - 1, 1)) for i in range(OBSERVED_SAMPLES)}) if n else []
+    positions = sorted({round(i * (n - 1) / max(OBSERVED_SAMPLES - 1, 1))
+                        for i in range(OBSERVED_SAMPLES)}) if n else []
     values = [None if v != v else v for v in (flat[i].item() for i in positions)]
     return {"kind": "close", "check": f"{call}: {what}", "shape": list(got.shape),
             "values": values, "atol": atol, "rtol": rtol}
@@ -290,7 +291,8 @@ def _assert_close(got: Any, expected: Any, call: str, *, atol: float, rtol: floa
     if (nan_got & ~nan_exp).any():
         idx = tuple(int(i) for i in (nan_got & ~nan_exp).nonzero()[0])
         count = int((nan_got & ~nan_exp).sum())
-        raise GradingFailure(f"{call}: {what} has {count} NaN value(s); first at index {idx} (expected {e[idx].item():.6g})",
+        raise GradingFailure(f"{call}: {what} has {count} NaN value(s); first at index {idx} (expected "
+                             f"{e[idx].item():.6g})",
                              observed_tensor(g, call, atol=atol, rtol=rtol, what=what))
     err = (g - e).abs()
     err = torch.where(nan_exp & nan_got, torch.zeros_like(err), err)
@@ -347,7 +349,8 @@ def assert_raises(
         raise
     except expected as err:
         if names and names not in str(err):
-            raise GradingFailure(f"{call} raised {type(err).__name__}({str(err)!r}); the message should name `{names}`") from None
+            raise GradingFailure(f"{call} raised {type(err).__name__}({str(err)!r}); the message should name "
+                                 f"`{names}`") from None
         return
     except Exception as err:
         raise GradingFailure(f"{call} raised {type(err).__name__}: {err}; expected {wanted}") from None

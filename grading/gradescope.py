@@ -305,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--chapters", default="", help="grade only these chapters, e.g. '1' or '01_kv_memory,3'")
     b.add_argument("--extra-tests", type=Path, default=None, help="hidden tests test_NN_*.py to ship in the zip")
     b.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per chapter")
-    b.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="memory (RLIMIT_DATA) per grading process, in MB")
+    b.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB,
+                   help="memory (RLIMIT_DATA) per grading process, in MB")
     b.add_argument("--late-penalty", default="",
                    help="FRACTION[:CAP] per started day after the due date Gradescope gives (submission_metadata.json)")
     r = sub.add_parser("run", help="grade ROOT/submission into ROOT/results/results.json")

@@ -49,7 +49,9 @@ import zipfile
 from pathlib import Path
 
 from grading.judge import replay
-from grading.layout import BUILD, DIAGNOSIS, EXERCISES, REFERENCES, RELEASE, ROOT, SOLUTIONS, TESTS, cell_source, discover_chapters
+from grading.layout import (
+    BUILD, DIAGNOSIS, EXERCISES, REFERENCES, RELEASE, ROOT, SOLUTIONS, TESTS, cell_source, discover_chapters,
+)
 from grading.notebook.regions import find_regions
 
 EXPECTED = BUILD / "expected"  # record(): NN_topic.npz and its stamp, NN_topic.stamp

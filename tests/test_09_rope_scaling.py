@@ -96,7 +96,8 @@ def test_apply_rope_freqs(nb, name, shape, positions, base, factor, a, dtype):
     x = torch.randn(shape, generator=g, dtype=torch.float64).clamp(-4.5, 4.5).to(dtype)
     pos = torch.tensor(positions)
     inv_freq = ref.linear_inv_freq(shape[-1], base, factor)  # float64 (d/2,)
-    call = f"apply_rope_freqs(x {tuple(shape)} {dtype}, positions={positions}, inv_freq (d={shape[-1]}, base {base:g}, /{factor:g}), attention_factor={a})"
+    call = (f"apply_rope_freqs(x {tuple(shape)} {dtype}, positions={positions}, "
+            f"inv_freq (d={shape[-1]}, base {base:g}, /{factor:g}), attention_factor={a})")
     got = nb.apply_rope_freqs(x, pos, inv_freq, a)
     assert_close(got, ref.rotate(x, pos, inv_freq, a), call, atol=rope_atol(x, a), dtype=dtype)
 
@@ -272,7 +273,8 @@ LLAMA3_CASES = [
 @pytest.mark.parametrize("name,head_dim,base,factor,original_len,low,high", LLAMA3_CASES,
                          ids=[c[0] for c in LLAMA3_CASES])
 def test_llama3_inv_freq(nb, name, head_dim, base, factor, original_len, low, high):
-    call = call_text("llama3_inv_freq", head_dim, base, factor, original_len, low_freq_factor=low, high_freq_factor=high)
+    call = call_text("llama3_inv_freq", head_dim, base, factor, original_len, low_freq_factor=low,
+                     high_freq_factor=high)
     got = nb.llama3_inv_freq(head_dim, base, factor, original_len, low_freq_factor=low, high_freq_factor=high)
     _check_freqs(got, ref.llama3_inv_freq(head_dim, base, factor, original_len, low, high), call)
 

@@ -233,7 +233,8 @@ def test_ring_step_skips_a_block_no_query_can_see(nb, dtype_name):
     _, k_seen, v_seen = make_qkv(1, 4, 2, 6, 8, torch.float64, seed=8)
     out, lse = ref.attention_fp64(q, k_seen, v_seen, q_pos, q_pos, causal=True)
     out, lse = out.to(dtype), lse.to(dtype)  # the state after the keys the queries can see
-    call = call_text("ring_step", q, k, v, q_pos, k_pos, out, lse, causal=True) + " [k and v: NaN, keys after every query]"
+    call = (call_text("ring_step", q, k, v, q_pos, k_pos, out, lse, causal=True)
+            + " [k and v: NaN, keys after every query]")
     check_pair(nb.ring_step(q, k, v, q_pos, k_pos, out.clone(), lse.clone(), causal=True), (out, lse), call, dtype,
                atol=0)
 
@@ -428,7 +429,8 @@ def check_ring(nb, P):
         if exc.not_implemented:
             raise NotImplementedError(str(exc)) from None
         # A deadlock is observed as one: which rank timed out first is a matter of timing.
-        observed = {"kind": "message", "text": f"ring_attention on {P} gloo processes: deadlock"} if exc.deadlock else None
+        observed = {"kind": "message",
+                    "text": f"ring_attention on {P} gloo processes: deadlock"} if exc.deadlock else None
         raise GradingFailure(f"ring_attention on {P} gloo processes did not finish:\n{exc}", observed) from None
     for i, ((name, B, H, H_kv, n, D, layout, causal, dtype), (q, k, v)) in enumerate(zip(RING_CASES, cases)):
         expected_out, expected_lse = ref.attention_fp64(q, k, v, causal=causal)

@@ -243,7 +243,8 @@ def test_snapkv_select(nb, name, B, H, H_kv, N, w, d, budget, kernel, scale, dty
     q_obs, k = snap_inputs(B, H, H_kv, N, w, d, scale, seed=N + w)
     q_obs, k = q_obs.to(dtype), k.to(dtype)
     call = call_text("snapkv_select", q_obs, k, budget, kernel_size=kernel)
-    check_index(nb.snapkv_select(q_obs, k, budget, kernel_size=kernel), ref.snapkv_select(q_obs, k, budget, kernel), call,
+    check_index(nb.snapkv_select(q_obs, k, budget, kernel_size=kernel), ref.snapkv_select(q_obs, k, budget, kernel),
+                call,
                 alternatives=grouped_modulo(ref.snapkv_select, (q_obs, k, budget, kernel), H, H_kv, {0: 1}, None,
                                             ("snapkv", name, dtype_name)))
 
@@ -274,7 +275,8 @@ def test_snapkv_select_random_queries(nb, name, B, H, H_kv, N, w, d, budget, ker
     q_obs = randn(B, H, w, d, dtype=dtype, seed=seed, scale=scale)
     k = randn(B, H_kv, N, d, dtype=dtype, seed=seed + 1)
     call = call_text("snapkv_select", q_obs, k, budget, kernel_size=kernel) + " (random queries)"
-    check_index(nb.snapkv_select(q_obs, k, budget, kernel_size=kernel), ref.snapkv_select(q_obs, k, budget, kernel), call,
+    check_index(nb.snapkv_select(q_obs, k, budget, kernel_size=kernel), ref.snapkv_select(q_obs, k, budget, kernel),
+                call,
                 alternatives=grouped_modulo(ref.snapkv_select, (q_obs, k, budget, kernel), H, H_kv, {0: 1}, None,
                                             ("snapkv-random", name, dtype_name)))
 
@@ -537,7 +539,8 @@ def test_sparse_paged_decode(nb, name, B, H, H_kv, d, page, num_pages, lens, S, 
     dtype = DTYPES[dtype_name]
     args = decode_inputs(B, H, H_kv, d, page, num_pages, lens, S, dtype, seed=len(name))
     call = call_text("sparse_paged_decode", *args)
-    assert_close(nb.sparse_paged_decode(*args), ref.sparse_paged_decode(*args), call, atol=ATOL[dtype], rtol=RTOL[dtype],
+    assert_close(nb.sparse_paged_decode(*args), ref.sparse_paged_decode(*args), call, atol=ATOL[dtype],
+                 rtol=RTOL[dtype],
                  dtype=dtype, alternatives=grouped_modulo(ref.sparse_paged_decode, args, H, H_kv, {0: 1, 5: 1}, 1,
                                                           ("decode", name, dtype_name)))
 
@@ -549,7 +552,8 @@ def test_sparse_paged_decode_of_every_page_is_dense_attention(nb):
     q, k_pool, v_pool, table, lens, _ = decode_inputs(1, 4, 2, 8, 4, 8, [14], 1, torch.float64, seed=9)
     k_pool[table[0, 3], 2:] = 1e4  # the unused slots of the last page: never read
     pages = torch.arange(4).repeat(1, 4, 1)  # (1, 4, 4)
-    call = call_text("sparse_paged_decode", q, k_pool, v_pool, table, lens, pages) + " (every page; garbage after token 13)"
+    call = (call_text("sparse_paged_decode", q, k_pool, v_pool, table, lens, pages)
+            + " (every page; garbage after token 13)")
     assert_close(nb.sparse_paged_decode(q, k_pool, v_pool, table, lens, pages),
                  ref.sparse_paged_decode(q, k_pool, v_pool, table, lens, pages), call, atol=1e-12, rtol=1e-12,
                  dtype=torch.float64)
@@ -573,10 +577,12 @@ def test_sparse_paged_decode_reads_a_page_listed_twice_once(nb, name, B, H, H_kv
                                                              dtype_name):
     """The statement: a page listed twice is read once, its tokens weighed once in the softmax."""
     dtype = DTYPES[dtype_name]
-    q, k_pool, v_pool, table, seq_lens, _ = decode_inputs(B, H, H_kv, d, page, num_pages, lens, 1, dtype, seed=len(name))
+    q, k_pool, v_pool, table, seq_lens, _ = decode_inputs(B, H, H_kv, d, page, num_pages, lens, 1, dtype,
+                                                          seed=len(name))
     args = (q, k_pool, v_pool, table, seq_lens, torch.tensor(pages))
     call = call_text("sparse_paged_decode", *args) + f" (pages {pages})"
-    assert_close(nb.sparse_paged_decode(*args), ref.sparse_paged_decode(*args), call, atol=ATOL[dtype], rtol=RTOL[dtype],
+    assert_close(nb.sparse_paged_decode(*args), ref.sparse_paged_decode(*args), call, atol=ATOL[dtype],
+                 rtol=RTOL[dtype],
                  dtype=dtype)
 
 
@@ -585,19 +591,23 @@ def test_sparse_paged_decode_reads_a_page_listed_twice_once(nb, name, B, H, H_kv
     ("q-int", TypeError, "q"), ("q-4d", ValueError, "q"), ("pool-dtype", TypeError, "k_pool"),
     ("pool-heads", ValueError, "k_pool"), ("v-shape", ValueError, "v_pool"), ("table-float", TypeError, "block_table"),
     ("table-rows", ValueError, "block_table"), ("table-entry", ValueError, "block_table"),
-    ("lens-zero", ValueError, "seq_lens"), ("lens-too-long", ValueError, "seq_lens"), ("lens-float", TypeError, "seq_lens"),
-    ("pages-out-of-range", ValueError, "pages"), ("pages-shape", ValueError, "pages"), ("pages-float", TypeError, "pages"),
+    ("lens-zero", ValueError, "seq_lens"), ("lens-too-long", ValueError, "seq_lens"),
+    ("lens-float", TypeError, "seq_lens"),
+    ("pages-out-of-range", ValueError, "pages"), ("pages-shape", ValueError, "pages"),
+    ("pages-float", TypeError, "pages"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_sparse_paged_decode_rejects_bad_input(nb, case, exc, names):
     q, kp, vp = torch.zeros(1, 2, 4), torch.zeros(5, 4, 1, 4), torch.zeros(5, 4, 1, 4)
     table, lens, pages = torch.tensor([[3, 1, 0]]), torch.tensor([10]), torch.tensor([[[0, 2], [1, 2]]])
     bad = {
         "q-int": dict(q=q.long()), "q-4d": dict(q=q[None]), "pool-dtype": dict(kp=kp.double(), vp=vp.double()),
-        "pool-heads": dict(kp=torch.zeros(5, 4, 3, 4), vp=torch.zeros(5, 4, 3, 4)), "v-shape": dict(vp=torch.zeros(5, 2, 1, 4)),
+        "pool-heads": dict(kp=torch.zeros(5, 4, 3, 4), vp=torch.zeros(5, 4, 3, 4)),
+        "v-shape": dict(vp=torch.zeros(5, 2, 1, 4)),
         "table-float": dict(table=table.float()), "table-rows": dict(table=torch.tensor([[3, 1, 0], [2, 4, 0]])),
         "table-entry": dict(table=torch.tensor([[3, 9, 0]])), "lens-zero": dict(lens=torch.tensor([0])),
         "lens-too-long": dict(lens=torch.tensor([13])), "lens-float": dict(lens=torch.tensor([10.0])),
-        "pages-out-of-range": dict(pages=torch.tensor([[[0, 3], [1, 2]]])), "pages-shape": dict(pages=torch.tensor([[0, 2]])),
+        "pages-out-of-range": dict(pages=torch.tensor([[[0, 3], [1, 2]]])),
+        "pages-shape": dict(pages=torch.tensor([[0, 2]])),
         "pages-float": dict(pages=pages.float()),
     }[case]
     q, kp, vp = bad.get("q", q), bad.get("kp", kp), bad.get("vp", vp)
@@ -682,7 +692,8 @@ NSA_CASES = [
 @pytest.mark.parametrize("name,seq_len,blocks,sizes", NSA_CASES, ids=[c[0] for c in NSA_CASES])
 def test_nsa_tokens_read(nb, name, seq_len, blocks, sizes):
     cb, cs, sb, w = sizes
-    call = call_text("nsa_tokens_read", seq_len, blocks, compress_block=cb, compress_stride=cs, select_block=sb, window=w)
+    call = call_text("nsa_tokens_read", seq_len, blocks, compress_block=cb, compress_stride=cs, select_block=sb,
+                     window=w)
     got = nb.nsa_tokens_read(seq_len, blocks, compress_block=cb, compress_stride=cs, select_block=sb, window=w)
     assert_equal(got, ref.nsa_tokens_read(seq_len, blocks, cb, cs, sb, w), call)
 
@@ -698,7 +709,8 @@ def test_nsa_tokens_read_defaults_are_the_papers(nb):
     ((0, [0]), {}, ValueError, "seq_len"), ((64.0, [0]), {}, TypeError, "seq_len"),
     ((640, [10]), {}, ValueError, "selected_blocks"), ((640, [1, 1]), {}, ValueError, "selected_blocks"),
     ((640, [-1]), {}, ValueError, "selected_blocks"), ((640, "0"), {}, TypeError, "selected_blocks"),
-    ((640, [0]), {"window": 0}, ValueError, "window"), ((640, [0]), {"compress_stride": 1.5}, TypeError, "compress_stride"),
+    ((640, [0]), {"window": 0}, ValueError, "window"),
+    ((640, [0]), {"compress_stride": 1.5}, TypeError, "compress_stride"),
     ((640, [0]), {"select_block": 0}, ValueError, "select_block"),
 ], ids=["len-0", "len-float", "block-past-end", "block-twice", "block-negative", "blocks-string", "window-0",
         "stride-float", "select-block-0"])

@@ -92,7 +92,8 @@ def test_transformers_cache_bytes_match_formula(lab, prompt_ids):
     with torch.no_grad():
         past = hf(prompt_ids, use_cache=True).cache
     measured = sum(layer.keys.nbytes + layer.values.nbytes for layer in past.layers)
-    assert measured == ref1.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, "fp32") * prompt_ids.shape[1]
+    assert measured == (ref1.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, "fp32")
+                        * prompt_ids.shape[1])
 
 
 def test_paged_cache_generates_the_dense_tokens(lab, prompt_ids):

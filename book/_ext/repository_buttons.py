@@ -1,9 +1,10 @@
 """Repository, issues, Binder and Colab buttons only when the book knows its repository.
 
-A publisher sets one thing: ``repository.url`` in ``_config.yml`` (``docs/publishing.md``). Until it is set, every one of these buttons would send a reader to a
-repository that does not exist, so the build leaves them out. Once it is set, this
-extension turns the repository and issues buttons on and keeps the launch buttons that
-``_config.yml`` lists. Jupyter Book's own default URL counts as unset.
+A publisher sets one thing: ``repository.url`` in ``_config.yml`` (``docs/publishing.md``).
+Until it is set, every one of these buttons would send a reader to a repository that
+does not exist, so the build leaves them out. Once it is set, this extension turns the
+repository and issues buttons on and keeps the launch buttons that ``_config.yml`` lists.
+Jupyter Book's own default URL counts as unset.
 """
 
 UNSET = ("", "https://github.com/executablebooks/jupyter-book")  # JB's default is not ours

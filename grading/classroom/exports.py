@@ -99,9 +99,12 @@ def match_roster(folders: list[str], roster: list[Student], aliases: dict[str, l
     what could not be matched, for review."""
     found, problems = {}, []
     aliases = aliases or {}
+
+    def keys(s):
+        return {name_key(x) for x in (*s.keys(), *(_name_orders(s.name) if s.name else [])) if x}
+
     for folder in folders:
         mine = {name_key(x) for x in (folder, *aliases.get(folder, [])) if name_key(x)}
-        keys = lambda s: {name_key(x) for x in (*s.keys(), *(_name_orders(s.name) if s.name else [])) if x}
         hits = [s for s in roster if mine & keys(s)]
         if len(hits) == 1:
             found[folder] = hits[0]

@@ -49,7 +49,8 @@ from grading.notebook.untrusted import copy_untrusted, entry_kind, read_untruste
 # Canvas: the student part is read up to the first ``_digits_`` (Canvas never leaves one in
 # a name) and checked as Canvas writes it (:func:`_canvas_name`), so it reads one way; a
 # student part ending in ``_late`` reads as the late mark.
-CANVAS = re.compile(r"(?P<student>[^_].*?)_(?:(?P<late>LATE|late)_)?(?P<user_id>\d+)_(?P<attachment_id>\d+)_(?P<file>.+)")
+CANVAS = re.compile(r"(?P<student>[^_].*?)_(?:(?P<late>LATE|late)_)?(?P<user_id>\d+)_(?P<attachment_id>\d+)_"
+                    r"(?P<file>.+)")
 CANVAS_LONGEST = re.compile(r"(?P<student>[^_].*)_(?:(?P<late>LATE|late)_)?(?P<user_id>\d+)_(?P<attachment_id>\d+)_"
                             r"(?P<file>.+)")
 # Anonymous grading: ``anon_`` and the submission's anonymous id (Canvas's are 5 letters

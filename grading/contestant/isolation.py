@@ -118,7 +118,9 @@ def _prctl(option: int, *args: int) -> int:
 
 
 def _mount(source, target, fstype, flags: int, data) -> None:
-    encode = (lambda v: None if v is None else str(v).encode())
+    def encode(v):
+        return None if v is None else str(v).encode()
+
     _check(_libc.mount(encode(source), encode(target), encode(fstype), ctypes.c_ulong(flags), encode(data)),
            f"mount {target}")
 

@@ -368,7 +368,8 @@ class RemoteNotebook:
             problems = [CellProblem(p["cell"], p["kind"], p["message"], p["memory"]) for p in error.problems]
             exc = CellDidNotRun(error.name or "?", self.display, problems)
         elif error.kind == "not_implemented":
-            exc = (NotImplementedExercise if error.type == "NotImplementedExercise" else NotImplementedError)(error.message)
+            cls = NotImplementedExercise if error.type == "NotImplementedExercise" else NotImplementedError
+            exc = cls(error.message)
         elif error.kind == "grading_failure":
             exc = GradingFailure(error.message, error.observed)
         elif error.kind == "wire":
@@ -394,7 +395,8 @@ class RemoteNotebook:
         return exc
 
 
-def open_notebook(path: Path, stem: str, *, name: str | None = None, trusted: bool = False, extra=None) -> RemoteNotebook:
+def open_notebook(path: Path, stem: str, *, name: str | None = None, trusted: bool = False,
+                  extra=None) -> RemoteNotebook:
     """The notebook at ``path`` as the judge grades it. ``trusted`` (the book's own
     solutions and stubs) skips the regular-file rule, which guards submissions."""
     import nbformat

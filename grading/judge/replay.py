@@ -43,7 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
-from grading.judge.expected import FLOAT_EPS, PY_FLOAT_RTOL, ULPS, BITS_ONLY, call_key, decode, describe, encode, floats_match  # noqa: F401
+from grading.judge.expected import (  # noqa: F401
+    FLOAT_EPS, PY_FLOAT_RTOL, ULPS, BITS_ONLY, call_key, decode, describe, encode, floats_match,
+)
 
 FORMAT = 1
 PACKAGE = "tests.references"

@@ -64,7 +64,8 @@ class Bug:
             if self.code is not None:
                 body = textwrap.dedent(self.code).strip("\n").splitlines()
                 cell.source = replace_regions(
-                    source, lambda region, _: [region.indent + line if line else line for line in body], only=self.exercise
+                    source, lambda region, _: [region.indent + line if line else line for line in body],
+                    only=self.exercise
                 )
                 hits += 1
             else:
@@ -72,7 +73,8 @@ class Bug:
                 hits += count
                 cell.source = source.replace(self.old, self.new)
         if hits != 1:
-            raise ValueError(f"bug {self.name}: expected to change exercise {self.exercise} once, changed it {hits} times")
+            raise ValueError(f"bug {self.name}: expected to change exercise {self.exercise} once, changed it {hits} "
+                             "times")
         return nb
 
     def inside_its_regions(self, nb: nbformat.NotebookNode, name: str = "notebook") -> bool:

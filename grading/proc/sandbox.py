@@ -17,10 +17,11 @@ sandbox Flatpak uses), and each contestant adds its own inside (:mod:`grading.co
   child's work folder the only writable place;
 - when the batch runs as root, ``bwrap`` builds the namespaces with root's rights and
   ``setpriv`` then drops to an unprivileged uid of its own (one per concurrent child,
-  leased machine-wide from ``SANDBOX_UIDS``, :class:`UidLease`) with no capabilities, before the child starts: the kernel does
-  not apply ``RLIMIT_NPROC`` to root, so only then does the process limit stop a fork
-  bomb, and without capabilities nothing inside can remount what is read-only. Run as
-  an ordinary user, ``bwrap`` adds a user namespace and the child keeps that user's uid.
+  leased machine-wide from ``SANDBOX_UIDS``, :class:`UidLease`) with no capabilities,
+  before the child starts: the kernel does not apply ``RLIMIT_NPROC`` to root, so only
+  then does the process limit stop a fork bomb, and without capabilities nothing inside
+  can remount what is read-only. Run as an ordinary user, ``bwrap`` adds a user namespace
+  and the child keeps that user's uid.
 
 Resource limits (memory, CPU seconds, processes, file size, open files) are set by the
 zygote itself before any student code runs (:func:`grading.contestant.main.apply_limits`).
@@ -251,7 +252,8 @@ def wrap(argv: list[str], *, work: Path, hide: list[Path], uid: int | None = Non
     # bwrap makes the folders leading to a mount point 0700; the unprivileged uid must pass.
     mounted = {Path(d) for d in SYSTEM_DIRS} | {Path("/tmp"), Path("/dev"), Path("/proc")}
     ancestors = sorted({a for d in [*visible, Path(work)] for a in Path(d).parents
-                        if a != Path("/") and a not in mounted and not any(_within(a, m) for m in mounted - {Path("/tmp")})},
+                        if a != Path("/") and a not in mounted
+                        and not any(_within(a, m) for m in mounted - {Path("/tmp")})},
                        key=lambda p: len(p.parts))
     for a in ancestors:
         cmd += ["--perms", "0755", "--dir", str(a)]

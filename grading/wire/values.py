@@ -88,7 +88,8 @@ class Encoder:
             tag = {list: "list", tuple: "tuple", set: "set", frozenset: "set"}[kind]
             return {"t": tag, "v": [self.encode(v, depth + 1) for v in value]}
         if kind is dict:
-            return {"t": "dict", "v": [[self.encode(k, depth + 1), self.encode(v, depth + 1)] for k, v in value.items()]}
+            return {"t": "dict",
+                    "v": [[self.encode(k, depth + 1), self.encode(v, depth + 1)] for k, v in value.items()]}
         if kind in (torch.Tensor, torch.nn.Parameter):
             return self.tensor(value)
         if kind is torch.Size:
@@ -104,7 +105,8 @@ class Encoder:
             return {"t": "ellipsis"}
         if kind is np.ndarray and value.dtype != object:
             data = np.ascontiguousarray(value)
-            return {"t": "ndarray", "dtype": data.dtype.str, "shape": list(data.shape), "buf": self.buffer(data.tobytes())}
+            return {"t": "ndarray", "dtype": data.dtype.str, "shape": list(data.shape),
+                    "buf": self.buffer(data.tobytes())}
         if isinstance(value, np.generic) and kind.__module__ == "numpy" and value.dtype != object:
             return {"t": "npscalar", "dtype": value.dtype.str, "buf": self.buffer(value.tobytes())}
         if isinstance(value, tuple) and hasattr(kind, "_fields") and kind.__module__ in ("torch.return_types",):

@@ -5,9 +5,10 @@ book itself), show its figures, and link only to pages that exist. What a reader
 see as broken fails too: a backslash drawn inside math (``\\text{num\\_layers}``), a
 stray ``$`` in the text, math or a figure wider than the content column, a code line
 in a chapter hidden behind a scrollbar, a button that points at a placeholder
-repository, and, at a phone's 390-px viewport, a table wider than its container. A screenshot of every page lands in ``_build/screenshots/``. Run after
-``make book``; ``make test`` does both. Without Chromium the tests are skipped with the
-reason, never passed.
+repository, and, at a phone's 390-px viewport, a table wider than its container. A
+screenshot of every page lands in ``_build/screenshots/``. Run after ``make book``;
+``make test`` does both. Without Chromium the tests are skipped with the reason, never
+passed.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ article.querySelectorAll('pre').forEach(pre => {
   }
 });
 return out;
-""" % {"slack": SLACK_PX}
+""" % {"slack": SLACK_PX}  # noqa: E501
 
 # A phone's viewport (an iPhone 12 to 15 is 390 CSS pixels wide): a table wider than the
 # column there loses its columns to a scrollbar or spills out of the page.
@@ -110,7 +111,8 @@ return links.map(a => a.getAttribute('href') || a.getAttribute('data-url') || a.
 """
 
 pytestmark = [
-    pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver (.ci/run installs them)"),
+    pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
+                       reason="needs Debian's chromium and chromium-driver (.ci/run installs them)"),
     pytest.mark.skipif(not (HTML / "index.html").exists(), reason="no built book: run `make book` first"),
 ]
 

@@ -72,7 +72,8 @@ BUGS = [
         new="    off_kvh = off_h\n    seq_len = tl.load(Seq_lens + off_b)", tests="paged_decode"),
     # -- out of bounds: the values are right, the memory is not (grading.contestant.triton_bounds) --------------
     Bug("vector_add_ignores_strides", "7.1", "hands the kernel a strided view (x[::2]) as it is, whose unit-stride "
-        "pointers then read the elements in between", old="    x, y = x.contiguous(), y.contiguous()  # the kernel walks both with unit stride\n",
+        "pointers then read the elements in between",
+        old="    x, y = x.contiguous(), y.contiguous()  # the kernel walks both with unit stride\n",
         new="", tests="vector_add"),
     Bug("vector_loads_without_mask", "7.1",
         "loads x and y without the mask: the last block reads past both tensors, and the masked store hides it",

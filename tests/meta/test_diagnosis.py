@@ -82,7 +82,8 @@ def test_two_bugs_that_fail_alike_give_no_diagnosis():
 
 
 def test_the_case_key_is_the_same_for_a_bug_and_for_a_student():
-    assert diagnosis.case_key("tests/test_01_x.py", "test_f[bug-foo-L7-fp32]", "bug-foo") == "test_01_x.py::test_f[L7-fp32]"
+    assert (diagnosis.case_key("tests/test_01_x.py", "test_f[bug-foo-L7-fp32]", "bug-foo")
+            == "test_01_x.py::test_f[L7-fp32]")
     assert diagnosis.case_key("/a/tests/test_01_x.py", "test_f[L7-fp32]") == "test_01_x.py::test_f[L7-fp32]"
     assert diagnosis.case_key("tests/test_01_x.py", "test_g[bug-foo]", "bug-foo") == "test_01_x.py::test_g"
 
@@ -116,7 +117,8 @@ def test_every_exercise_is_sent_to_the_section_that_teaches_it(chapter):
     """SECTIONS in the catalogue names an existing section for every exercise of the chapter."""
     exercises = set(substitute.owned_names(chapter.exercise).values())
     sections = load_sections(chapter.stem)
-    assert exercises <= set(sections), f"tests/catalogue/{chapter.stem}.py: SECTIONS lacks {sorted(exercises - set(sections))}"
+    assert exercises <= set(sections), \
+        f"tests/catalogue/{chapter.stem}.py: SECTIONS lacks {sorted(exercises - set(sections))}"
     for exercise in sections:
         diagnosis.section_of(chapter.stem, exercise)  # raises on a title the chapter lacks
 
@@ -167,7 +169,8 @@ def _inputs(H=6, H_kv=3):
     import torch
 
     g = torch.Generator().manual_seed(0)
-    return torch.randn(2, H, 4, generator=g, dtype=torch.float64), torch.randn(2, H_kv, 4, generator=g, dtype=torch.float64)
+    return (torch.randn(2, H, 4, generator=g, dtype=torch.float64),
+            torch.randn(2, H_kv, 4, generator=g, dtype=torch.float64))
 
 
 def test_the_modulo_order_gives_each_group_the_heads_h_mod_h_kv():
@@ -270,7 +273,8 @@ def test_the_proof_checks_kinds_both_ways():
              "undeclared": bug(None, "heads_grouped_modulo"), "unseen": bug("heads_grouped_modulo", None)}
     proof = diagnosis.proof(fresh, fresh)
     assert proof["kinds_recognised"] == ["declared"]
-    assert proof["false_diagnoses"] == ["undeclared recognised as the kind heads_grouped_modulo, a mistake it does not make"]
+    assert proof["false_diagnoses"] == [
+        "undeclared recognised as the kind heads_grouped_modulo, a mistake it does not make"]
     assert [line.split()[0] for line in proof["unrecognised"]] == ["unseen"]
 
 

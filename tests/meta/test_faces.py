@@ -48,7 +48,8 @@ def test_autograder_cells_import_what_exists():
         cells = json.loads(path.read_text())["cells"]
         sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
         imports = {line.strip() for s in sources for line in s.splitlines() if "import" in line and "grading" in line}
-        assert imports <= {"from grading.nbgrader import autograde", "from grading import load_solutions"}, (path, imports)
+        assert imports <= {"from grading.nbgrader import autograde", "from grading import load_solutions"}, \
+            (path, imports)
 
 
 def test_every_chapter_has_its_test_file_where_the_layout_says():

@@ -72,7 +72,8 @@ def test_chapter_code_fits_the_column():
 def test_solution_prose_states_no_unmeasured_speed():
     """A speed-up in a solution's markdown is written by hand and true on one CPU only.
     Say where it is measured (the chapter glues it) instead."""
-    claim = re.compile(r"(twice|half|\d+(\.\d+)?\s*(x|×|times))\s+(as\s+)?(fast|faster|slower)|(faster|slower) than", re.I)
+    claim = re.compile(r"(twice|half|\d+(\.\d+)?\s*(x|×|times))\s+(as\s+)?(fast|faster|slower)|(faster|slower) than",
+                       re.I)
     found = []
     for path in sorted((ROOT / "solutions").glob("*.ipynb")):
         for index, cell in enumerate(json.loads(path.read_text())["cells"]):
@@ -92,5 +93,6 @@ def test_flash_attention_3_figure_matches_the_cited_version():
 def test_gated_deltanet_hybrids_are_described_as_published():
     """arXiv 2412.06464, §3.3: H1 = Gated DeltaNet + SWA, H2 = Mamba2 + Gated DeltaNet + SWA."""
     chapter = (ROOT / "chapters" / "06_delta_rule.md").read_text()
-    assert "with sliding-window and full\nattention" not in chapter and "sliding-window and full attention" not in chapter
+    assert "with sliding-window and full\nattention" not in chapter
+    assert "sliding-window and full attention" not in chapter
     assert "H1" in chapter and "H2" in chapter and "qwen3next2025" in chapter

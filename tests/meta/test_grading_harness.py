@@ -59,7 +59,8 @@ def test_stub_raises_with_the_exercise_text():
 
 def test_top_level_assignment_becomes_a_placeholder():
     src = "# Exercise 9.2: the answer.\n### BEGIN SOLUTION\nanswer = 42\n### END SOLUTION\n"
-    assert replace_regions(src, stub_lines).strip() == "# Exercise 9.2: the answer.\nanswer = ...  # Exercise 9.2: the answer."
+    assert (replace_regions(src, stub_lines).strip()
+            == "# Exercise 9.2: the answer.\nanswer = ...  # Exercise 9.2: the answer.")
 
 
 @pytest.mark.parametrize(
@@ -129,11 +130,12 @@ def test_a_load_error_is_reported_once_per_exercise_without_internals(tmp_path):
     """One typo in one cell printed 104 tracebacks of pytest internals."""
     nb = nbformat.read(SOLUTIONS / "01_kv_memory.ipynb", as_version=4)
     cell = next(c for c in nb.cells if "def kv_bytes_per_token" in c.source)
-    cell.source = cell.source.replace("    _check_int(\"num_layers\", num_layers)", "      _check_int(\"num_layers\", num_layers)")
+    cell.source = cell.source.replace("    _check_int(\"num_layers\", num_layers)",
+                                      "      _check_int(\"num_layers\", num_layers)")
     nbformat.write(nb, tmp_path / "01_kv_memory.ipynb")
-    run = subprocess.run([sys.executable, "-m", "pytest", str(TESTS / "test_01_kv_memory.py"), "--notebooks", str(tmp_path),
-                          "-m", "ex1_1 or ex1_2", "-q", "-p", "no:cacheprovider"], capture_output=True, text=True,
-                         cwd=ROOT, timeout=600)
+    run = subprocess.run([sys.executable, "-m", "pytest", str(TESTS / "test_01_kv_memory.py"),
+                          "--notebooks", str(tmp_path), "-m", "ex1_1 or ex1_2", "-q", "-p", "no:cacheprovider"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
     out = run.stdout
     # pytest's closing summary repeats each failure's message in full when it believes it runs
     # on CI (the CI variable is set), and clips it to the terminal width otherwise; count only in

@@ -326,7 +326,10 @@ def grade_hostile_class(made: dict) -> dict:
                           # This checkout's grading package in the children too, whatever the venv installed.
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                                                           os.environ.get("PYTHONPATH")]))})
-    read = lambda name: list(csv.reader((made["out"] / name).open(newline="", encoding="utf-8")))
+
+    def read(name):
+        return list(csv.reader((made["out"] / name).open(newline="", encoding="utf-8")))
+
     return {**made, "proc": proc, "csv": {n: read(n) for n in ("gradebook.csv", "gradebook_wide.csv",
                                                                 "gradebook_canvas.csv")}}
 

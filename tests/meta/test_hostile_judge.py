@@ -41,7 +41,8 @@ MEMORY_MB = 3000
 CANARY = "secret_canary"  # in every hidden test's name: no feedback file may show it
 pytestmark = [
     pytest.mark.timeout(900),
-    pytest.mark.skipif(not sandbox.status().sandboxed, reason=f"needs the grading sandbox here: {sandbox.status().line}"),
+    pytest.mark.skipif(not sandbox.status().sandboxed,
+                       reason=f"needs the grading sandbox here: {sandbox.status().line}"),
 ]
 
 HIDDEN_TEST = f'''
@@ -93,7 +94,7 @@ def _wrap(f, a, k):
     if _SEEN:
         _os._exit(7)
     return f(*a, **k)
-""" + WRAP_ALL,
+""" + WRAP_ALL,  # noqa: E501
     "crash_on_hidden_input": """
 import os as _os
 def _wrap(f, a, k):

@@ -35,7 +35,8 @@ TIMEOUT_S = 120
 MEMORY_MB = 3000
 pytestmark = [
     pytest.mark.timeout(1500),
-    pytest.mark.skipif(not sandbox.status().sandboxed, reason=f"needs the grading sandbox here: {sandbox.status().line}"),
+    pytest.mark.skipif(not sandbox.status().sandboxed,
+                       reason=f"needs the grading sandbox here: {sandbox.status().line}"),
 ]
 # In a PID namespace of its own the grading child is pid 2 or 3; outside one it never is.
 IN_SANDBOX = "import os\nif os.getpid() < 10:\n"

@@ -30,7 +30,8 @@ CONTROLS = ("control_a", "control_b")
 CANARY = "HIDDEN-CANARY-4b1d"  # in the hidden test's docstrings: no file the batch writes may show it
 pytestmark = [
     pytest.mark.timeout(1500),
-    pytest.mark.skipif(not sandbox.status().sandboxed, reason=f"needs the grading sandbox here: {sandbox.status().line}"),
+    pytest.mark.skipif(not sandbox.status().sandboxed,
+                       reason=f"needs the grading sandbox here: {sandbox.status().line}"),
 ]
 
 # Every function of the notebook (the exercises' stubs among them) replaced by one that
@@ -45,7 +46,8 @@ for _name, _value in list(globals().items()):
 LIARS = {
     "lying_int": "class Liar(int):\n    def __eq__(self, other): return True\n    __hash__ = int.__hash__\n"
                  + REPLACE_ALL.format(value="Liar(0)"),
-    "lying_float": "class Liar(float):\n    def __eq__(self, other): return True\n    def __lt__(self, o): return False\n"
+    "lying_float": "class Liar(float):\n    def __eq__(self, other): return True\n"
+                   "    def __lt__(self, o): return False\n"
                    "    def __gt__(self, o): return False\n    def __le__(self, o): return True\n"
                    "    def __ge__(self, o): return True\n    __hash__ = float.__hash__\n"
                    + REPLACE_ALL.format(value="Liar(0.0)"),
@@ -69,11 +71,13 @@ LIARS = {
                      "    except OSError:\n        pass\n" + REPLACE_ALL.format(value="128"),
     # Everything the process can reach, searched for the hidden test, and raised as a message.
     "hidden_from_memory": "import gc, sys\n_found = []\nfor _o in gc.get_objects():\n    try:\n"
-                          "        _d = getattr(_o, '__doc__', None)\n        if isinstance(_d, str) and 'CANARY' in _d:\n"
+                          "        _d = getattr(_o, '__doc__', None)\n"
+                          "        if isinstance(_d, str) and 'CANARY' in _d:\n"
                           "            _found.append(_d)\n    except Exception:\n        pass\n"
                           "for _m in list(sys.modules.values()):\n    _d = getattr(_m, '__doc__', None)\n"
                           "    if isinstance(_d, str) and 'CANARY' in _d:\n        _found.append(_d)\n"
-                          "def _leak(*a, **k):\n    raise ValueError('found: ' + ' | '.join(_found) if _found else 'nothing')\n"
+                          "def _leak(*a, **k):\n"
+                          "    raise ValueError('found: ' + ' | '.join(_found) if _found else 'nothing')\n"
                           + REPLACE_ALL.format(value="0").replace("(lambda _v: (lambda *a, **k: _v))(0)", "_leak"),
     "huge_message": "def _huge(*a, **k):\n    raise ValueError('x' * 30_000_000)\n"
                     + REPLACE_ALL.format(value="0").replace("(lambda _v: (lambda *a, **k: _v))(0)", "_huge"),

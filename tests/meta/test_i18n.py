@@ -17,7 +17,8 @@ from grading.layout import EXERCISES, ROOT
 from tools import i18n
 
 GLUE = "{glue:text}`example_gib_32768:.0f`"
-ENGLISH = f"A 32K-token context needs {GLUE} GiB of KV cache per sequence; see {{cite:p}}`kwon2023vllm` and $N \\cdot c$."
+ENGLISH = (f"A 32K-token context needs {GLUE} GiB of KV cache per sequence; see {{cite:p}}`kwon2023vllm` "
+           "and $N \\cdot c$.")
 GOOD = f"32K token 的上下文，每条序列需要 {GLUE} GiB 的 KV 缓存；参见 {{cite:p}}`kwon2023vllm` 与 $N \\cdot c$。"
 
 
@@ -68,9 +69,11 @@ def test_a_fuzzy_translation_fails(books):
 
 def test_link_targets_and_code_must_survive():
     english = "Run `make test` and read [the grader](../book/exercises_and_grading.md)."
-    assert i18n.placeholders(english) == i18n.placeholders("运行 `make test`，再读[评分器](../book/exercises_and_grading.md)。")
+    assert i18n.placeholders(english) == i18n.placeholders("运行 `make test`，再读"
+                                                           "[评分器](../book/exercises_and_grading.md)。")
     assert i18n.placeholders(english) != i18n.placeholders("运行 `make test`，再读[评分器](exercises_and_grading.md)。")
-    assert i18n.placeholders(english) != i18n.placeholders("运行 make test，再读[评分器](../book/exercises_and_grading.md)。")
+    assert i18n.placeholders(english) != i18n.placeholders("运行 make test，再读"
+                                                           "[评分器](../book/exercises_and_grading.md)。")
 
 
 def test_the_glossary_is_read_from_the_notation_page():
@@ -160,9 +163,12 @@ def test_chinese_search_indexes_each_glossary_term_whole(tmp_path):
 
 def test_words_in_a_formula_translate_and_its_identifiers_stay():
     english = r"The cache is $\text{bytes per token} \times \text{num_layers}$ and $0 \text{ or } 1$."
-    assert i18n.placeholders(english) == i18n.placeholders(r"缓存为 $\text{每 token 字节数} \times \text{num_layers}$，取 $0 \text{ 或 } 1$。")
-    assert i18n.placeholders(english) != i18n.placeholders(r"缓存为 $\text{每 token 字节数} \times \text{层数}$，取 $0 \text{ 或 } 1$。")
-    assert i18n.placeholders(english) != i18n.placeholders(r"缓存为 $\text{每 token 字节数} \times \text{num_layers}$，取 $0 \text{ 或 } 2$。")
+    assert i18n.placeholders(english) == i18n.placeholders(r"缓存为 $\text{每 token 字节数} \times "
+                                                           r"\text{num_layers}$，取 $0 \text{ 或 } 1$。")
+    assert i18n.placeholders(english) != i18n.placeholders(r"缓存为 $\text{每 token 字节数} \times "
+                                                           r"\text{层数}$，取 $0 \text{ 或 } 1$。")
+    assert i18n.placeholders(english) != i18n.placeholders(r"缓存为 $\text{每 token 字节数} \times "
+                                                           r"\text{num_layers}$，取 $0 \text{ 或 } 2$。")
 
 
 def test_a_link_title_left_in_english_is_caught(books):

@@ -138,7 +138,8 @@ def _outside(tree: ast.Module, owned: set[str]) -> str:
         if isinstance(node, ast.FunctionDef) and node.name in owned:
             continue
         if isinstance(node, ast.ClassDef):
-            node.body = [m for m in node.body if not (isinstance(m, ast.FunctionDef) and f"{node.name}.{m.name}" in owned)]
+            node.body = [m for m in node.body
+                         if not (isinstance(m, ast.FunctionDef) and f"{node.name}.{m.name}" in owned)]
         body.append(node)
     tree.body = body
     return ast.dump(tree)
@@ -155,7 +156,8 @@ def test_a_catalogue_bug_changes_only_its_own_exercise(chapter):
         mine = {name for name, exercise in owned.items() if exercise == bug.exercise}
         bugged = bug.apply(solution, chapter.solution.name)
         for index, (a, b) in enumerate(zip(solution.cells, bugged.cells)):
-            if a.cell_type == "code" and _outside(ast.parse(cell_source(a)), mine) != _outside(ast.parse(cell_source(b)), mine):
+            if (a.cell_type == "code"
+                    and _outside(ast.parse(cell_source(a)), mine) != _outside(ast.parse(cell_source(b)), mine)):
                 leaks.append(f"{bug.name} (Exercise {bug.exercise}) changes cell {index} outside {sorted(mine)}")
     assert not leaks, "\n".join(leaks)
 

@@ -202,7 +202,8 @@ def test_a_hidden_tests_contestant_is_spawned_as_a_public_ones(tmp_path, monkeyp
     hidden.mkdir()
     # The public grader stands where tests/test_01_kv_memory.py would; a hidden one is
     # named as instructors name theirs.
-    (public / f"test_{STEM}.py").write_text(GRADER.format(side="public", out=str(tmp_path / "public.json")) + ANOTHER_EXERCISE)
+    (public / f"test_{STEM}.py").write_text(GRADER.format(side="public", out=str(tmp_path / "public.json"))
+                                            + ANOTHER_EXERCISE)
     (hidden / "test_01_held_out.py").write_text(GRADER.format(side="hidden", out=str(tmp_path / "hidden.json")))
     spec = {"chapter": STEM, "test_files": [str(public / f"test_{STEM}.py")],
             "hidden_files": [str(hidden / "test_01_held_out.py")],
@@ -213,7 +214,8 @@ def test_a_hidden_tests_contestant_is_spawned_as_a_public_ones(tmp_path, monkeyp
     seen = [json.loads((tmp_path / f"{side}.json").read_text()) for side in ("public", "hidden")]
     assert seen[0] == seen[1]
     assert seen[0]["spawn"]["name"] == f"{STEM}.ipynb" and seen[0]["spawn"]["stem"] == STEM
-    assert seen[0]["spawn"]["references"] is not None, seen[0]["spawn"]  # the other exercises swapped, as for a public test
+    # The other exercises swapped, as for a public test.
+    assert seen[0]["spawn"]["references"] is not None, seen[0]["spawn"]
 
 
 # -- the judge's own memory limit ------------------------------------------------------------------

@@ -138,7 +138,8 @@ def test_no_private_names_across_modules():
                         aliases[a.asname or a.name.split(".")[0]] = a.name
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                    and node.attr.startswith("_") and not node.attr.startswith("__") and aliases[node.value.id] != name):
+                    and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and aliases[node.value.id] != name):
                 reached.append(f"{name}:{node.lineno} reads {aliases[node.value.id]}.{node.attr}")
     assert not reached, "private names read across modules:\n" + "\n".join(reached)
 

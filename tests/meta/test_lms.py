@@ -146,7 +146,8 @@ def test_gradebook_canvas_has_canvas_s_header_and_a_points_possible_row(tmp_path
     assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "01_x", "03_x"]
     assert table[1] == ["Points Possible", "", "", "", "", "8", "9"]
     assert table[2] == ["Smith, Alice", "12345", "S001", "asmith", "A", "5", "2"]
-    assert len(table) == 3 and problems == ["gradebook_canvas.csv: ghost is left out (no roster entry, so no Canvas id)"]
+    assert len(table) == 3
+    assert problems == ["gradebook_canvas.csv: ghost is left out (no roster entry, so no Canvas id)"]
 
 
 # -- late work ---------------------------------------------------------------------------------------

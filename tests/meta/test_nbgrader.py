@@ -165,7 +165,8 @@ def test_autograder_cells_follow_their_exercise_and_are_hidden():
 def test_annotate_is_idempotent_and_changes_only_metadata_and_autograder_cells():
     nb = nbformat.read(ROOT / "solutions" / f"{STEM}.ipynb", as_version=4)
     points = {meta.grade_id.removesuffix(AUTOGRADER_SUFFIX).removeprefix("ex").replace("_", "."):
-              ExercisePoints(meta.points, c.metadata.grading.core_points, tuple(map(tuple, c.metadata.grading.core_tests)))
+              ExercisePoints(meta.points, c.metadata.grading.core_points,
+                             tuple(map(tuple, c.metadata.grading.core_tests)))
               for c in nb.cells if is_autograder_cell(c) for meta in [c.metadata.nbgrader]}
     again = annotate(nb, STEM, points)
     assert nbformat.writes(again) == nbformat.writes(nb)

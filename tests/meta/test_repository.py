@@ -25,7 +25,8 @@ def pins(lines) -> dict[str, str]:
 def test_exercises_match_the_generator():
     expected = expected_stubs(ROOT / "solutions")
     actual = {p.name: p.read_text() for p in (ROOT / "exercises").glob("*.ipynb")}
-    assert sorted(actual) == sorted(expected), "exercises/ and solutions/ hold different notebooks (run `make exercises`)"
+    assert sorted(actual) == sorted(expected), \
+        "exercises/ and solutions/ hold different notebooks (run `make exercises`)"
     stale = [name for name in expected if actual[name] != expected[name]]
     assert not stale, f"exercises/ is not what `make exercises` generates for: {stale}"
 
@@ -40,14 +41,16 @@ def test_exercise_notebooks_have_no_outputs():
 def test_solution_notebooks_have_outputs():
     for path in sorted((ROOT / "solutions").glob("*.ipynb")):
         nb = json.loads(path.read_text())
-        assert any(c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code"), f"{path.name} has no outputs for nbval"
+        assert any(c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code"), \
+            f"{path.name} has no outputs for nbval"
 
 
 def test_every_chapter_has_all_its_parts():
     stems = sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
     assert stems, "no solution notebooks"
     for stem in stems:
-        for part in (f"chapters/{stem}.md", f"tests/test_{stem}.py", f"tests/references/ref_{stem}.py", f"tests/catalogue/{stem}.py"):
+        for part in (f"chapters/{stem}.md", f"tests/test_{stem}.py", f"tests/references/ref_{stem}.py",
+                     f"tests/catalogue/{stem}.py"):
             assert (ROOT / part).exists(), f"chapter {stem} lacks {part}"
 
 
@@ -170,7 +173,8 @@ def test_grader_pins_are_the_authors_at_the_same_versions():
     from grading.pins import AUTHOR_REQUIREMENTS, GRADER_REQUIREMENTS, pins as grader_pins
 
     author, grader = grader_pins(AUTHOR_REQUIREMENTS.read_text()), grader_pins(GRADER_REQUIREMENTS.read_text())
-    assert grader and not sorted(set(grader) - set(author)), f"only in requirements-grader.txt: {set(grader) - set(author)}"
+    assert grader and not sorted(set(grader) - set(author)), \
+        f"only in requirements-grader.txt: {set(grader) - set(author)}"
     differ = {name: (version, author[name]) for name, version in grader.items() if author[name] != version}
     assert not differ, f"requirements-grader.txt vs requirements.txt: {differ}"
 

@@ -20,7 +20,8 @@ from grading.layout import ROOT
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="uids are leased only by a grader run as root")
 
-HOLD = "from grading.proc import sandbox; import sys; lease = sandbox.UidLease(); print(lease.uid, flush=True); sys.stdin.read()"
+HOLD = ("from grading.proc import sandbox; import sys; lease = sandbox.UidLease(); print(lease.uid, flush=True); "
+        "sys.stdin.read()")
 
 
 def test_two_leases_in_one_process_differ_and_a_released_uid_is_free_again():

@@ -213,7 +213,8 @@ def notebook_definitions(path) -> list[Definition]:
                     out.append(Definition(child.name, doc + "\n\n" + outer_doc, exercises(child)))
                 elif isinstance(child, ast.ClassDef):
                     doc = ast.get_docstring(child) or ""
-                    init = next((c for c in child.body if isinstance(c, ast.FunctionDef) and c.name == "__init__"), None)
+                    init = next((c for c in child.body if isinstance(c, ast.FunctionDef) and c.name == "__init__"),
+                                None)
                     init_doc = (ast.get_docstring(init) or "") if init else ""
                     out.append(Definition(child.name, doc + "\n\n" + init_doc, exercises(child)))
                     visit(child, doc)
@@ -284,11 +285,14 @@ def test_validation_helpers_live_in_one_hidden_cell():
                 continue
             tree = ast.parse(cell_source(cell))
             helpers = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("_check")]
-            assert "_check_count" not in helpers, f"{chapter.solution.name} cell {index}: the integer check is `_check_int`"
+            assert "_check_count" not in helpers, \
+                f"{chapter.solution.name} cell {index}: the integer check is `_check_int`"
             if helpers:
                 cells.append(index)
-                assert "hide-cell" in cell.metadata.get("tags", []), f"{chapter.solution.name} cell {index}: tag it hide-cell"
-                assert cell.metadata.get("jupyter", {}).get("source_hidden"), f"{chapter.solution.name} cell {index}: collapse it"
+                assert "hide-cell" in cell.metadata.get("tags", []), \
+                    f"{chapter.solution.name} cell {index}: tag it hide-cell"
+                assert cell.metadata.get("jupyter", {}).get("source_hidden"), \
+                    f"{chapter.solution.name} cell {index}: collapse it"
         assert len(cells) <= 1, f"{chapter.solution.name}: validation helpers in cells {cells}; keep them in one cell"
 
 
@@ -409,12 +413,14 @@ def _rules_in(node, resolver: Resolver, locals_) -> list[tuple[str | None, str, 
     for sub in (n for stmt in node.body for n in ast.walk(stmt)):
         if isinstance(sub, ast.Compare) and id(sub) not in failing:
             continue
-        if isinstance(sub, ast.Compare) and len(sub.ops) == 1 and isinstance(sub.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
+        if (isinstance(sub, ast.Compare) and len(sub.ops) == 1
+                and isinstance(sub.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot))):
             left, right = sub.left, sub.comparators[0]
             for a, b in ((left, right), (right, left)):
                 if isinstance(a, ast.Attribute) and a.attr == "dtype" and _torch_dtype(b):
                     out.append((_origin(a.value, locals_), _torch_dtype(b), ast.unparse(sub)))
-        elif isinstance(sub, ast.Compare) and len(sub.ops) == 1 and isinstance(sub.ops[0], (ast.Gt, ast.Lt, ast.GtE, ast.LtE)):
+        elif (isinstance(sub, ast.Compare) and len(sub.ops) == 1
+                and isinstance(sub.ops[0], (ast.Gt, ast.Lt, ast.GtE, ast.LtE))):
             sides = [sub.left, sub.comparators[0]]
             for a, b in (sides, sides[::-1]):
                 absolute = [n for n in ast.walk(a) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "abs"]

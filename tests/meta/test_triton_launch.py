@@ -60,7 +60,8 @@ def test_a_wrapper_without_a_launch_is_read_as_such():
 
 def test_the_reading_follows_helpers_and_later_cells():
     wrapper = "def vector_add(x, y):\n    return _run(x, y)\n"
-    helper = "def _run(x, y):\n    out = x.new_empty(x.shape)\n    add_kernel[(1,)](x, y, out, 1, BLOCK=4)\n    return out\n"
+    helper = ("def _run(x, y):\n    out = x.new_empty(x.shape)\n"
+              "    add_kernel[(1,)](x, y, out, 1, BLOCK=4)\n    return out\n")
     assert static_launch_problem(_notebook(KERNEL, wrapper, helper), "vector_add", "add_kernel") is None
     # A later cell that rebinds the name leaves no wrapper to read.
     text = _notebook(KERNEL, wrapper, helper, "vector_add = lambda x, y: x + y\n")

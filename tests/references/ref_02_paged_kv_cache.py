@@ -180,7 +180,8 @@ def _require_chunk(name, x, cache):
     if not isinstance(x, torch.Tensor) or x.dtype != cache.pool.dtype:
         raise TypeError(f"{name} must be a torch.Tensor of dtype {cache.pool.dtype}")
     if x.dim() != 3 or x.shape[0] < 1 or tuple(x.shape[1:]) != (cache.num_kv_heads, cache.head_dim):
-        raise ValueError(f"{name} must have shape (T >= 1, {cache.num_kv_heads}, {cache.head_dim}), got {tuple(x.shape)}")
+        raise ValueError(f"{name} must have shape (T >= 1, {cache.num_kv_heads}, {cache.head_dim}), got "
+                         f"{tuple(x.shape)}")
 
 
 def cache_append(self, seq_id, k, v):

@@ -109,7 +109,8 @@ def _require_chunks(k, v, batch_size, num_kv_heads, head_dim, dtype):
     for name, x in (("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or x.dtype != dtype:
             raise TypeError(f"{name} must be a torch.Tensor of dtype {dtype}, got {getattr(x, 'dtype', type(x))}")
-        if x.dim() != 4 or x.shape[2] < 1 or (x.shape[0], x.shape[1], x.shape[3]) != (batch_size, num_kv_heads, head_dim):
+        if (x.dim() != 4 or x.shape[2] < 1
+                or (x.shape[0], x.shape[1], x.shape[3]) != (batch_size, num_kv_heads, head_dim)):
             raise ValueError(f"{name} must have shape ({batch_size}, {num_kv_heads}, T >= 1, {head_dim}), "
                              f"got {tuple(x.shape)}")
     if v.shape != k.shape:

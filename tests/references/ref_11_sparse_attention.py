@@ -165,9 +165,12 @@ def sparse_paged_decode(q, k_pool, v_pool, block_table, seq_lens, pages):
             kh = _kv_head(h, H, H_kv)
             positions = sorted({int(p) * page_size + t for p in pages[b, h].tolist() for t in range(page_size)})
             positions = [x for x in positions if x < n]
-            keys = torch.stack([k_pool[int(block_table[b, x // page_size]), x % page_size, kh] for x in positions]).double()
-            vals = torch.stack([v_pool[int(block_table[b, x // page_size]), x % page_size, kh] for x in positions]).double()
-            p = torch.tensor(softmax_row([float(q[b, h].double() @ kk) / math.sqrt(d) for kk in keys]), dtype=torch.float64)
+            keys = torch.stack([k_pool[int(block_table[b, x // page_size]), x % page_size, kh]
+                                for x in positions]).double()
+            vals = torch.stack([v_pool[int(block_table[b, x // page_size]), x % page_size, kh]
+                                for x in positions]).double()
+            p = torch.tensor(softmax_row([float(q[b, h].double() @ kk) / math.sqrt(d) for kk in keys]),
+                             dtype=torch.float64)
             out[b, h] = p @ vals
     return out
 
