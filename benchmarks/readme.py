@@ -15,6 +15,7 @@ import sys
 
 from benchmarks.results import CPU_FLAGS, load_all
 from grading.layout import ROOT
+from tools.markers import between_markers
 
 # The table lived in README.md until the README became a front page; the module kept its name.
 PAGE = ROOT / "docs" / "benchmarks.md"
@@ -131,11 +132,7 @@ def render() -> str:
 
 
 def updated_page(text: str) -> str:
-    if START not in text or END not in text:
-        raise ValueError(f"{PAGE.relative_to(ROOT)} lacks the markers {START!r} and {END!r}")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return head + render() + tail
+    return between_markers(text, START, END, render(), str(PAGE.relative_to(ROOT)))
 
 
 def main(argv: list[str]) -> int:
