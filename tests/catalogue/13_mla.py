@@ -59,6 +59,9 @@ BUGS = [
     Bug("absorbed_w_uv_transposed", "13.2", "applies W_UV to the attended latent transposed (w_uv[h]^T o instead of "
         "w_uv[h] o)",
         old='torch.einsum("bhqr,hvr->bhqv", o_lat, w_uv)', new='torch.einsum("bhqr,hrv->bhqv", o_lat, w_uv)'),
+    Bug("absorbed_output_through_w_uk", "13.2", "brings the attended latent back to the head's width with W_UK "
+        "instead of W_UV: the output belongs to the values' up-projection",
+        old='torch.einsum("bhqr,hvr->bhqv", o_lat, w_uv)', new='torch.einsum("bhqr,hvr->bhqv", o_lat, w_uk)'),
     Bug("absorbed_value_includes_rope", "13.2", "attends over the whole cache row as the value, RoPE channels "
         "included, where the value is the latent alone",
         old="o_lat = torch.softmax(scores, dim=-1) @ kv[..., :r]", new="o_lat = torch.softmax(scores, dim=-1) @ kv"),
@@ -69,6 +72,9 @@ BUGS = [
     Bug("cost_latent_bytes_per_head", "13.3", "counts the latent cache once per query head, as if every head had its "
         "own; one latent per token serves all heads",
         old="cache_bytes = N * (r + d_rope) * dtype_bytes", new="cache_bytes = H * N * (r + d_rope) * dtype_bytes"),
+    Bug("cost_rope_key_per_head", "13.3", "counts a RoPE key per head in the cache, as multi-head attention would "
+        "store one; MLA's RoPE key is shared by every head, like its latent",
+        old="cache_bytes = N * (r + d_rope) * dtype_bytes", new="cache_bytes = N * (r + H * d_rope) * dtype_bytes"),
     Bug("cost_bytes_forget_rope", "13.3", "counts only the latent in the cache and forgets the RoPE key stored "
         "beside it (d_rope numbers per token)",
         old="cache_bytes = N * (r + d_rope) * dtype_bytes", new="cache_bytes = N * r * dtype_bytes"),
