@@ -210,6 +210,7 @@ def memory_harness(path: Path = MEMORY_FILE, inline: Path = INLINE_NEEDLE_FILE) 
     depth and the mean, per method, at a quarter of the tokens), ``budgets`` (Markdown: the
     mean over depths per budget) and ``glue``: ``acc_<m>`` (the mean at a quarter),
     ``acc_<m>_b<budget x 1000>``, ``acc_<m>_d<depth x 100>`` (at a quarter),
+    ``read_<m>`` (the share each KV head reads, at a quarter, where the sweep recorded it),
     ``harness_n``, ``harness_keys``, ``snapkv_over_window``, ``inline_full`` and
     ``inline_keys``, as text. Raises ValueError when the full cache fails the harness's
     own bar (0.9): the page says the harness is valid, so its build stops."""
@@ -268,6 +269,9 @@ def memory_harness(path: Path = MEMORY_FILE, inline: Path = INLINE_NEEDLE_FILE) 
             glue[f"acc_{m}_b{round(float(b) * 1000)}"] = f"{_mean(acc[m][b]):.2f}"
         for d, value in zip(depths, acc[m][MEMORY_BUDGET]):
             glue[f"acc_{m}_d{round(d * 100)}"] = f"{value:.2f}"
+        shares = [x for x in read.get(m, {}).get(MEMORY_BUDGET, []) if x is not None]
+        if shares:  # the share of the cache each KV head reads, at a quarter of the tokens
+            glue[f"read_{m}"] = f"{sum(shares) / len(shares):.0%}"
     glue["harness_n"] = f"{data['n']:,}"
     glue["harness_keys"] = str(data["trials"] * len(depths))
     if "snapkv" in mean and mean.get("window"):
