@@ -316,6 +316,11 @@ def test_resume_state_rejects_bad_input(nb, case, exc, names):
 
 
 # -- Exercise 12.5 ----------------------------------------------------------------------
+def pages(num_tokens, page_size):
+    """ceil(num_tokens / page_size), for the invariants (computed here, not by a reference)."""
+    return -(-num_tokens // page_size)
+
+
 def req(rid, arrival, num_tokens, computed):
     return {"id": rid, "arrival": arrival, "num_tokens": num_tokens, "computed": computed}
 
@@ -383,18 +388,23 @@ def test_schedule_step_keeps_both_budgets(nb, seed):
     budget = 6
     call = call_text("schedule_step", running, waiting, free, page, token_budget=budget)
     got = nb.schedule_step(running, waiting, free, page, token_budget=budget)
+    expected = ref.schedule_step(running, waiting, free, page, budget)
     by_id = {r["id"]: r for r in running + waiting}
-    if sum(n for _, n in got["scheduled"]) > budget:
-        raise GradingFailure(f"{call} scheduled {sum(n for _, n in got['scheduled'])} tokens; the budget is {budget}")
-    freed = sum(ref._pages(by_id[i]["computed"], page) for i in got["preempted"])
-    used = 0
-    for rid, n in got["scheduled"]:
-        r = by_id[rid]
-        held = ref._pages(r["computed"], page) if r in running else 0
-        used += ref._pages(r["computed"] + n, page) - held
+    try:
+        granted = [(by_id[rid], n) for rid, n in got["scheduled"]]
+        victims = [by_id[rid] for rid in got["preempted"]]
+    except (TypeError, KeyError, ValueError):  # not the promised structure: say how it differs
+        assert_equal(got, expected, call)
+        raise
+    tokens = sum(n for _, n in granted)
+    if tokens > budget:
+        raise GradingFailure(f"{call} scheduled {tokens} tokens; the budget is {budget}")
+    freed = sum(pages(r["computed"], page) for r in victims)
+    used = sum(pages(r["computed"] + n, page) - (pages(r["computed"], page) if r in running else 0)
+               for r, n in granted)
     if used > free + freed:
         raise GradingFailure(f"{call} granted {used} pages; {free} were free and preemption freed {freed}")
-    assert_equal(got, ref.schedule_step(running, waiting, free, page, budget), call)
+    assert_equal(got, expected, call)
 
 
 @pytest.mark.ex12_5
