@@ -2,7 +2,7 @@
 make when they first write a prefix cache, snapshot resumption, a scheduler step and
 latency percentiles."""
 
-from grading.catalogue import Bug
+from grading.notebook.catalogue import Bug
 
 # Where a diagnosis sends the student: the title of the section that teaches each exercise.
 SECTIONS = {
