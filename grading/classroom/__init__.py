@@ -1,8 +1,11 @@
 """A class's submissions, turned into grades.
 
+- ``grade``:     one submission graded: a judge per chapter, its records turned into rows
+                 (``grade_submission``, ``grade_chapter``: what every front door calls).
 - ``matching``:  which notebook is which chapter, tolerating students' renames.
 - ``lms``:       an LMS's bulk download (Canvas, Moodle, Blackboard) as one submission per student.
 - ``late``:      the due date and the late policy, applied in one place.
-- ``gradebook``: rows, ``gradebook.csv``, the roster, overrides, feedback, the review list.
+- ``rows``:      a gradebook row, and how a judge's outcomes become rows.
+- ``gradebook``: ``gradebook.csv`` as grading goes, overrides, feedback, the review list.
 - ``exports``:   the wide and Canvas exports.
 """

@@ -1,14 +1,17 @@
 """The judge: the process that grades one student's chapter and never runs the notebook.
 
 - ``main``:     the process (``python -m grading.judge.main``): pytest on the graders, one exit record.
-- ``plugin``:   the pytest plugin: ``--notebooks``, ``--prove``, points, each test's outcome.
-- ``proof``:    ``--prove``'s tallies: stubs, catalogue bugs, diagnosis.
+- ``plugin``:   the pytest plugin: ``--notebooks``, ``--prove`` and its tallies (stubs, catalogue
+                bugs, diagnosis), points, each test's outcome.
+- ``variant``:  which notebook a test runs on (graded, solution, stub, a bug, ``alone-N.M``).
+- ``messages``: what a student reads when a test fails.
 - ``proxy``:    ``nb``, the notebook as a proxy (``RemoteNotebook``, ``Remote``).
 - ``session``:  one contestant as the judge sees it: a socket, its answers and failures.
 - ``inside``:   what only the contestant can see, asked for by a grader (``watching``, ``data_ptr``).
 - ``ranks``:    Chapter 10's gloo ranks, one contestant each (``run_ranks``).
 - ``substitute``: each exercise graded alone: what its contestant is sent, and the calls the judge answers.
-- ``replay``:   the student edition's expected values in place of the references.
+- ``replay``:   the student edition's expected values in place of the references (``expected``:
+                how they are stored, keyed and matched).
 - ``triton_launch``: whether Chapter 7's answer came from its kernel.
 
 Graders and instructors' hidden tests import ``watching``, ``data_ptr``, ``run_ranks`` and
