@@ -48,7 +48,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from grading.judge import replay
+from grading import wire
+from grading.judge import expected, replay
 from grading.layout import (
     BUILD, DIAGNOSIS, EXERCISES, REFERENCES, RELEASE, ROOT, SOLUTIONS, TESTS, cell_source, discover_chapters,
 )
@@ -212,14 +213,13 @@ def assemble(html_dir: Path, out: Path = RELEASE) -> Path:
 
 
 def release_pyproject() -> str:
-    """The repository's ``pyproject.toml`` with its ``packages`` list cut to :data:`PACKAGES`:
-    setuptools stops an install whose list names a folder that is not there (the
-    repository's names ``benchmarks``, which stays behind)."""
+    """The repository's ``pyproject.toml`` with the packages it finds cut to :data:`PACKAGES`
+    (the repository's ``benchmarks`` stays behind): each package and those below it."""
     text = (ROOT / "pyproject.toml").read_text()
-    listed = "packages = [" + ", ".join(f'"{name}"' for name in PACKAGES) + "]"
-    text, found = re.subn(r"^packages = \[.*\]$", listed, text, flags=re.M)
+    listed = "include = [" + ", ".join(f'"{name}*"' for name in PACKAGES) + "]"
+    text, found = re.subn(r"^include = \[.*\]$", listed, text, flags=re.M)
     if found != 1:
-        raise RuntimeError("pyproject.toml has no one-line `packages = [...]` for the release to rewrite")
+        raise RuntimeError("pyproject.toml has no one-line `include = [...]` for the release to rewrite")
     return text
 
 
@@ -228,7 +228,8 @@ def pyproject_problems(folder: Path) -> list[str]:
     a listed package that does not ship, a package that ships and is not listed."""
     import tomllib
 
-    listed = tomllib.loads((folder / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    found = tomllib.loads((folder / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    listed = [pattern.rstrip("*") for pattern in found["include"]]
     problems = [f"pyproject.toml lists {name}, which the release does not ship" for name in listed
                 if not (folder / name / "__init__.py").is_file()]
     return problems + [f"{name}/ ships but pyproject.toml does not list it" for name in PACKAGES
@@ -236,9 +237,11 @@ def pyproject_problems(folder: Path) -> list[str]:
 
 
 def _stamp(stem: str) -> str:
-    """What a chapter's records depend on: its graders, references, solution, the recorder."""
+    """What a chapter's records depend on: its graders, references, solution, the recorder
+    and the codecs it stores values with."""
+    recorder = [Path(replay.__file__), Path(expected.__file__), *sorted(Path(wire.__file__).parent.glob("*.py"))]
     return replay.stamp_of([TESTS / f"test_{stem}.py", *sorted(REFERENCES.glob(f"ref_{stem[:2]}_*.py")),
-                            SOLUTIONS / f"{stem}.ipynb", ROOT / "grading" / "replay.py", ROOT / "grading" / "wire.py"])
+                            SOLUTIONS / f"{stem}.ipynb", *recorder])
 
 
 def record(only: list[str] | None = None, force: bool = False, jobs: int | None = None) -> list[str]:
