@@ -62,8 +62,9 @@ NO_SANDBOX = "sandbox: none (bwrap not available): a hostile submission can stop
 
 
 @dataclass(frozen=True)
-class Status:
-    """Whether grading children run sandboxed, and the line that says so."""
+class SandboxState:
+    """Whether the contestants run sandboxed, and the line that says so (the one `Status` of a
+    result is grading.outcome's)."""
 
     sandboxed: bool
     line: str
@@ -95,17 +96,17 @@ def _as_root() -> bool:
 
 
 @_once
-def status() -> Status:
+def status() -> SandboxState:
     """Probe once per process: does ``bwrap`` exist here, may it make namespaces, and does
     what runs inside really get its own PID namespace (and, for a root-run batch, an
     unprivileged uid)? Only then is anything sandboxed. ``GRADING_SANDBOX=none`` turns the
     sandbox off on purpose (the benchmark of its cost)."""
     if os.environ.get("GRADING_SANDBOX", "").lower() == "none":
-        return Status(False, "sandbox: none (GRADING_SANDBOX=none): a hostile submission can stop this run")
+        return SandboxState(False, "sandbox: none (GRADING_SANDBOX=none): a hostile submission can stop this run")
     if bwrap_path() is None:
-        return Status(False, NO_SANDBOX)
+        return SandboxState(False, NO_SANDBOX)
     if _as_root() and shutil.which("setpriv") is None:
-        return Status(False, "sandbox: none (running as root, and setpriv, which drops root inside the "
+        return SandboxState(False, "sandbox: none (running as root, and setpriv, which drops root inside the "
                              "sandbox, is missing): a hostile submission can stop this run")
     # The probe imports the grader as the child will: a repository the sandbox's uid cannot
     # enter turns the sandbox off (a 0700 clone folder itself is re-made 0755, _read_only).
@@ -120,18 +121,18 @@ def status() -> Status:
         try:
             done = subprocess.run(probe, capture_output=True, timeout=60)
         except (OSError, subprocess.SubprocessError) as exc:
-            return Status(False, f"sandbox: none (bwrap failed: {exc}): a hostile submission can stop this run")
+            return SandboxState(False, f"sandbox: none (bwrap failed: {exc}): a hostile submission can stop this run")
     why = (done.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1][:200]
     try:
         pid, uid = map(int, done.stdout.split())
     except ValueError:
-        return Status(False, f"sandbox: none (bwrap is not permitted here: {why}): "
+        return SandboxState(False, f"sandbox: none (bwrap is not permitted here: {why}): "
                              "a hostile submission can stop this run")
     if pid > 3 or (_as_root() and uid != probe_uid):
-        return Status(False, f"sandbox: none (the probe ran as pid {pid}, uid {uid}: no isolation): "
+        return SandboxState(False, f"sandbox: none (the probe ran as pid {pid}, uid {uid}: no isolation): "
                              "a hostile submission can stop this run")
     user = ", unprivileged uid" if _as_root() else ""
-    return Status(True, f"sandbox: bwrap (own PID, network, IPC and mount namespaces{user}; repository "
+    return SandboxState(True, f"sandbox: bwrap (own PID, network, IPC and mount namespaces{user}; repository "
                         "read-only; solutions hidden)")
 
 
