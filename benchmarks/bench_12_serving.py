@@ -8,19 +8,31 @@ on one 32K-token document, Llama 3.1 8B in bf16, pages of 16 tokens. The loop is
 chapter's ``serve`` (chapters/12_serving.md), repeated here because the chapter is a page,
 not a module; keep the two alike.
 
-The records of issue 39 that need the real model (``serve.smollm2_*``) are not measured
-yet: the chapter does not drive SmolLM2 with its scheduler.
+The ``serve.smollm2_*`` records are measured: the same scheduler (Exercise 12.6's
+``run_trace``) plans a trace of questions after one shared system prompt, and
+``modellab.serving`` executes the plan on SmolLM2-135M on the CPU, with and without
+prefix hits, in paired rounds. ``make bench`` measures one prompt length; the chapter
+reads the sweep over several from ``benchmarks/results/12_serving_smollm2.json``, which
+states the date and the machine. Refresh it with
+
+    .venv/bin/python -m benchmarks.bench_12_serving --write
 """
 
 from __future__ import annotations
 
+import datetime
+import json
 import math
+import os
 import random
+import sys
 
 import torch
 
-from benchmarks.records import Record
+from benchmarks.records import Record, median_ratio, paired_times
+from benchmarks.results import cpu_model
 from benchmarks.solutions import load_solutions
+from grading.layout import BENCH_RESULTS, BUILD, ROOT
 
 BANDWIDTH, PEAK_FLOPS = 3.35e12, 989e12  # H100 SXM: HBM bytes/s, dense BF16 FLOP/s
 DEVICE_BYTES = 81_559 * 2**20  # what an H100 80GB reports
@@ -110,6 +122,95 @@ def snapshot_error(sol):
     return worst
 
 
+# -- SmolLM2-135M on the CPU, planned by the chapter's scheduler ---------------------------
+SMOL_RESULTS = BENCH_RESULTS / "12_serving_smollm2.json"
+SMOL_BUILD_RESULTS = BUILD / "bench" / "12_serving_smollm2.json"
+SMOL_PAGE, SMOL_BUDGET, SMOL_OUTPUT = 16, 64, 8  # tokens per page, per step, answered
+SMOL_SYSTEM = 256  # the shared prompt of make bench's records (a whole number of pages)
+SMOL_SWEEP = (64, 256, 1024)  # the shared prompts of the committed sweep
+SMOL_ROUNDS = 3  # paired rounds (after one warm-up of each)
+SMOL_QUESTIONS = (
+    "What is a page of the cache?", "Why is the prefill cut into chunks?", "What does a prefix hit save?",
+    "When is a request preempted?", "Why does decoding read every weight?", "What is a token budget?",
+)
+
+
+def smollm2_requests(tokenizer, system_len, prefix_cache):
+    """One request per question, each the first ``system_len`` tokens of the long text
+    (the shared system prompt) followed by the question; with ``prefix_cache``, every
+    request after the first finds the system prompt's full pages in the cache."""
+    from modellab import long_text_ids
+    from modellab.serving import Request
+
+    system = long_text_ids(tokenizer, system_len).tolist()
+    requests = []
+    for i, question in enumerate(SMOL_QUESTIONS):
+        prompt = system + tokenizer(" " + question).input_ids
+        hit = min(system_len, (len(prompt) - 1) // SMOL_PAGE * SMOL_PAGE) if prefix_cache and i else 0
+        requests.append(Request(i, prompt, SMOL_OUTPUT, hit - hit % SMOL_PAGE))
+    return requests
+
+
+def smollm2_steps(sol, requests):
+    """The schedule of Exercise 12.6's ``run_trace``: the first request at step 0, the
+    others one a step once its prompt is computed, so that their hits exist."""
+    first = math.ceil(len(requests[0].prompt) / SMOL_BUDGET)
+    trace = [{"id": r.id, "arrival": 0 if r.id == 0 else first + r.id - 1, "prompt_len": len(r.prompt),
+              "max_output": r.max_output, "cached": r.cached} for r in requests]
+    pages = sum(math.ceil((len(r.prompt) + r.max_output) / SMOL_PAGE) for r in requests)  # no preemption
+    return sol.run_trace(trace, pages, SMOL_PAGE, SMOL_BUDGET)["steps"]
+
+
+def measure_smollm2(system_lens=SMOL_SWEEP, rounds=SMOL_ROUNDS, log=print) -> dict:
+    """For each shared-prompt length: tokens computed, forward passes and seconds of the
+    trace without and with prefix hits (paired rounds), and whether every request's
+    greedy tokens equal one-request-at-a-time decoding."""
+    import modellab
+    from modellab.serving import one_at_a_time, run_schedule
+
+    sol = load_solutions("12_serving")
+    hf, tok = modellab.load_model()
+    model = modellab.Llama(hf)
+    out = {"date": datetime.date.today().isoformat(), "machine": f"{cpu_model()}, {torch.get_num_threads()} threads, "
+           f"torch {torch.__version__}", "model": "SmolLM2-135M-Instruct, fp32, our decode loop (modellab)",
+           "page_size": SMOL_PAGE, "token_budget": SMOL_BUDGET, "output": SMOL_OUTPUT,
+           "questions": len(SMOL_QUESTIONS), "rounds": rounds, "lengths": {}}
+    for system_len in system_lens:
+        row, runs = {}, {}
+        for cache in (False, True):
+            requests = smollm2_requests(tok, system_len, cache)
+            steps = smollm2_steps(sol, requests)
+            runs[cache] = (requests, steps)
+            result = run_schedule(model, requests, steps, SMOL_PAGE)
+            alone = one_at_a_time(model, requests)
+            key = "cached" if cache else "uncached"
+            row[key] = {"computed": result.computed, "passes": result.passes,
+                        "matches": sum(result.tokens[i] == alone[i] for i in alone)}
+        times = paired_times([lambda c=c: run_schedule(model, *runs[c], SMOL_PAGE) for c in (False, True)],
+                             rounds=rounds)
+        row["uncached"]["seconds"], row["cached"]["seconds"] = times
+        row["speedup"] = median_ratio(*times)
+        out["lengths"][str(system_len)] = row
+        log(f"shared prompt {system_len}: computed {row['uncached']['computed']} -> {row['cached']['computed']} "
+            f"tokens, speedup {row['speedup']:.2f}x, greedy matches {row['uncached']['matches']}+"
+            f"{row['cached']['matches']} of {2 * len(SMOL_QUESTIONS)}")
+    return out
+
+
+def smollm2_records(results: dict, system_len=SMOL_SYSTEM) -> list[Record]:
+    row = results["lengths"][str(system_len)]
+    n = 2 * results["questions"]
+    where = (f"{results['questions']} questions after a {system_len}-token shared prompt, {results['output']} tokens "
+             f"each, budget {results['token_budget']}, {results['machine']}")
+    return [
+        Record("serve.smollm2_greedy_match_batched", (row["uncached"]["matches"] + row["cached"]["matches"]) / n,
+               "ratio", "== 1.0", note=f"requests whose greedy tokens equal one-at-a-time decoding, of {n}: {where}"),
+        Record("serve.smollm2_prefix_speedup", row["speedup"], "x", ">= 1.5",
+               note=f"wall time without / with prefix hits, median of {results['rounds']} paired rounds; tokens "
+                    f"computed {row['uncached']['computed']} -> {row['cached']['computed']}: {where}"),
+    ]
+
+
 def run() -> list[Record]:
     sol = load_solutions("12_serving")
     ch1 = load_solutions("01_kv_memory")
@@ -119,6 +220,9 @@ def run() -> list[Record]:
     chunked, computed_chunked, _ = serve(sol, kv_per_token, num_pages, CHUNKED, False)
     _, computed_cached, _ = serve(sol, kv_per_token, num_pages, CHUNKED, True)
     note = f"the chapter's trace, Llama 3.1 8B bf16 on a modelled H100 SXM, budget {CHUNKED} vs whole prompts"
+    smollm2 = measure_smollm2((SMOL_SYSTEM,), log=lambda line: print(line, flush=True))
+    SMOL_BUILD_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    SMOL_BUILD_RESULTS.write_text(json.dumps(smollm2, indent=1) + "\n")
     return [
         Record("serve.prefix_hit_rate_shared_prompt", (computed_chunked - computed_cached) / prompt_tokens, "ratio",
                note="prompt tokens found in the prefix cache, 32 questions on one 32K-token document"),
@@ -128,4 +232,17 @@ def run() -> list[Record]:
         Record("serve.itl_p99_chunked_over_unchunked", chunked["itl"] / whole["itl"], "x", note=note),
         Record("serve.hybrid_snapshot_resume_max_abs_err", snapshot_error(sol), "abs", "<= 1e-10",
                note="delta rule, float64, snapshots every 4 blocks of 16, every block boundary of 200 tokens"),
+        *smollm2_records(smollm2, SMOL_SYSTEM),
     ]
+
+
+if __name__ == "__main__":
+    # --write: the sweep, stored in benchmarks/results/ (the file the chapter reads).
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1)))
+    target = SMOL_RESULTS if "--write" in sys.argv else SMOL_BUILD_RESULTS
+    target.parent.mkdir(parents=True, exist_ok=True)
+    results = measure_smollm2(log=lambda line: print(line, flush=True))
+    target.write_text(json.dumps(results, indent=1) + "\n")
+    for r in smollm2_records(results):
+        print(f"{r.name}: {r.value:.4g} ({r.note})")
+    print(f"wrote {target.relative_to(ROOT)}")

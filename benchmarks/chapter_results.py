@@ -295,3 +295,41 @@ def memory_harness_figure(summary: dict):
     ax.set_title("What each cache remembers\nat 25% of the tokens")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     return fig
+
+
+# Chapter 12: the chapter's scheduler driving SmolLM2 on a CPU, without and with prefix hits.
+SERVING_FILE = BENCH_RESULTS / "12_serving_smollm2.json"
+
+
+def serving_smollm2(path: Path = SERVING_FILE) -> dict:
+    """Chapter 12's sweep over shared-prompt lengths (``python -m benchmarks.bench_12_serving
+    --write``). Returns ``about`` (what was measured, when and on what), ``table`` (rows:
+    shared prompt, tokens computed without and with hits, forward passes without and with,
+    the wall-time speedup, greedy matches) and ``glue`` (the values the prose quotes)."""
+    data = json.loads(path.read_text()) if path.exists() else None
+    out: dict = {"data": data, "about": [], "table": [], "glue": {}}
+    keys = ("speedup_short", "speedup_long", "short", "long", "matches", "requests", "machine")
+    if not data:
+        out["about"].append("No measurement is committed yet: run `.venv/bin/python -m "
+                            f"benchmarks.bench_12_serving --write`, which writes benchmarks/results/{path.name}, "
+                            "and rebuild the book.")
+        out["glue"] = {key: NOT_MEASURED for key in keys}
+        return out
+    out["about"].append(f"measured {data['date']} on {data['machine']}; {data['model']}; {data['questions']} "
+                        f"questions, {data['output']} tokens each, pages of {data['page_size']}, a budget of "
+                        f"{data['token_budget']} tokens per step; wall time: median of {data['rounds']} paired "
+                        "rounds")
+    lengths = sorted(data["lengths"], key=int)
+    matches = 0
+    for length in lengths:
+        row = data["lengths"][length]
+        off, on = row["uncached"], row["cached"]
+        matches += off["matches"] + on["matches"]
+        out["table"].append((length, f"{off['computed']:,}", f"{on['computed']:,}", str(off["passes"]),
+                             str(on["passes"]), f"{row['speedup']:.2f}x",
+                             f"{off['matches'] + on['matches']} of {2 * data['questions']}"))
+    short, long = data["lengths"][lengths[0]], data["lengths"][lengths[-1]]
+    out["glue"] = {"speedup_short": f"{short['speedup']:.1f}", "speedup_long": f"{long['speedup']:.1f}",
+                   "short": lengths[0], "long": f"{int(lengths[-1]):,}", "matches": str(matches),
+                   "requests": str(2 * data["questions"] * len(lengths)), "machine": data["machine"]}
+    return out

