@@ -18,6 +18,7 @@ from tests.references import ref_12_serving as ref
 # another order than the reference's fsum; float32: the same at 2**-23.
 STATE_ATOL = {torch.float64: 1e-12, torch.float32: 1e-5}
 # 12.7: sums of at most a few hundred step times, in another order than math.fsum.
+# 12.8 uses it too: an exact fraction rounded once is within 2**-53 of it.
 TIME_RTOL = 1e-12
 
 
