@@ -20,6 +20,7 @@ from tests.references import ref_12_serving as ref
 # another order than the reference's fsum; float32: the same at 2**-23.
 STATE_ATOL = {torch.float64: 1e-12, torch.float32: 1e-5}
 # 12.7: sums of at most a few hundred step times, in another order than math.fsum.
+# 12.8 uses it too: an exact fraction rounded once is within 2**-53 of it.
 TIME_RTOL = 1e-12
 
 
@@ -635,3 +636,71 @@ def test_latency_percentiles_rejects_bad_input(nb, case, exc, names):
     }[case]
     assert_raises(nb.latency_percentiles, steps, arrivals, seconds, p, exc=exc, names=names,
                   call=f"latency_percentiles({case})")
+
+
+# -- Exercise 12.8 ----------------------------------------------------------------------
+# Llama 3.1 8B in bf16 on an H100 SXM: 128 KiB of keys and values per token, 2 FLOPs per
+# parameter, 4 * 32 layers * 32 query heads * 128 per attended key.
+LLAMA = dict(kv_bytes_per_token=131072, state_bytes=0, flops_per_token=16_060_000_000,
+             attn_flops_per_pair=131072)
+# A Qwen3-Next-like hybrid: 12 attention layers of 2 KV heads of 256, 16 query heads; a
+# snapshot of 36 Gated DeltaNet layers of 32 fp32 states of 128 x 128 per block.
+HYBRID = dict(kv_bytes_per_token=24576, state_bytes=75_497_472, flops_per_token=6_000_000_000,
+              attn_flops_per_pair=196608)
+H100 = 989 * 10**12
+PCIE, C2C = 64 * 10**9, 450 * 10**9
+OFFLOAD_CASES = [
+    # id, gpu_blocks, host_blocks, page_size, kv, state, flops, attn, bandwidth, peak
+    ("llama8b-pcie-gpu64-host192", 64, 192, 16, *LLAMA.values(), PCIE, H100),
+    ("llama8b-c2c-gpu0-host256", 0, 256, 16, *LLAMA.values(), C2C, H100),
+    ("hybrid-pcie-gpu100-host40", 100, 40, 16, *HYBRID.values(), PCIE, H100),
+    ("hybrid-c2c-gpu1500-host64", 1500, 64, 16, *HYBRID.values(), C2C, H100),
+    ("host0", 12, 0, 16, *LLAMA.values(), PCIE, H100),
+    ("no-attention-never-breaks-even", 3, 6, 4, 1000, 0, 10, 0, 10, 1000),
+    # R * C and W(j) * B grow apart by 1 per block from 10**12 apart: no loop gets there
+    ("break-even-1e12", 3, 4, 1, 10**6, 0, 0, 1, 1, 10**6),
+    # reload equals recompute exactly at block 3 (136 * 7 == 136 * 7): not strictly faster
+    ("break-even-exact-tie", 1, 6, 4, 30, 16, 5, 2, 7, 7),
+    # a block reloads in 64/17 s and recomputes in 64/17 s: 5 blocks split 2 + 3 or 3 + 2
+    ("plans-tie-exactly", 2, 5, 16, 276, 0, 1080, 0, 1173, 4590),
+    ("reload-is-free", 4, 5, 8, 0, 0, 3, 1, 5, 100),
+    ("nothing-costs", 0, 3, 2, 0, 0, 0, 0, 1, 1),
+    ("page1-random", 7, 30, 1, 5, 3, 11, 2, 13, 17),
+]
+OFFLOAD_ARGS = ("gpu_blocks", "host_blocks", "page_size", "kv_bytes_per_token", "state_bytes", "flops_per_token",
+                "attn_flops_per_pair", "link_bandwidth", "peak_flops")
+
+
+@pytest.mark.ex12_8
+@pytest.mark.core
+@pytest.mark.points(3)
+@pytest.mark.parametrize("case", OFFLOAD_CASES, ids=[c[0] for c in OFFLOAD_CASES])
+def test_offload_plan(nb, case):
+    args = case[1:]
+    call = call_text("offload_plan", *args)
+    got, expected = nb.offload_plan(*args), ref.offload_plan(*args)
+    if not isinstance(got, dict) or set(got) != set(expected):
+        assert_equal(got, expected, call)
+    for key in ("break_even_block", "reload_blocks"):
+        assert_equal(got[key], expected[key], f"{call}[{key!r}]")
+    if not isinstance(got["seconds"], float):
+        assert_equal(got["seconds"], expected["seconds"], f"{call}['seconds']")
+    assert_close(got["seconds"], expected["seconds"], f"{call}['seconds']", atol=0, rtol=TIME_RTOL,
+                 dtype=torch.float64)
+
+
+@pytest.mark.ex12_8
+@pytest.mark.parametrize("case,exc,names", [
+    ("gpu-negative", ValueError, "gpu_blocks"), ("host-float", TypeError, "host_blocks"),
+    ("page-zero", ValueError, "page_size"), ("kv-negative", ValueError, "kv_bytes_per_token"),
+    ("state-bool", TypeError, "state_bytes"), ("flops-float", TypeError, "flops_per_token"),
+    ("attn-negative", ValueError, "attn_flops_per_pair"), ("bandwidth-float", TypeError, "link_bandwidth"),
+    ("bandwidth-zero", ValueError, "link_bandwidth"), ("peak-zero", ValueError, "peak_flops"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_offload_plan_rejects_bad_input(nb, case, exc, names):
+    good = dict(zip(OFFLOAD_ARGS, (2, 3, 16, *LLAMA.values(), PCIE, H100)))
+    bad = {"gpu-negative": -1, "host-float": 3.0, "page-zero": 0, "kv-negative": -2, "state-bool": True,
+           "flops-float": 1.6e10, "attn-negative": -1, "bandwidth-float": 64e9, "bandwidth-zero": 0,
+           "peak-zero": 0}[case]
+    args = list({**good, names: bad}.values())
+    assert_raises(nb.offload_plan, *args, exc=exc, names=names, call=f"offload_plan({case})")

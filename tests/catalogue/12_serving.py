@@ -1,6 +1,6 @@
 """Wrong implementations of Chapter 12 that the graders must reject: the mistakes people
 make when they first write a prefix cache, snapshot resumption, a scheduler step and
-latency percentiles."""
+latency percentiles, and an offload plan."""
 
 from grading.notebook.catalogue import Bug
 
@@ -13,6 +13,7 @@ SECTIONS = {
     '12.5': 'The scheduler',
     '12.6': 'The scheduler',
     '12.7': 'Time: TTFT and ITL on an H100',
+    '12.8': 'Time: TTFT and ITL on an H100',
 }
 
 BUGS = [
@@ -165,4 +166,46 @@ return hashes"""),
         new="itls += [ends[t] - ends[t - 1] for s, t in zip(steps, steps[1:])]"),
     Bug("latency_unsorted", "12.7", "takes the percentile's rank in the values' own order, without sorting them",
         old="values = sorted(values)", new="values = list(values)"),
+    # 12.8: the offload tier
+    Bug("offload_no_overlap", "12.8",
+        "adds the link's time to the GPU's, as if a block could not be reloaded while another is recomputed",
+        old="seconds = max(link, Fraction(recomputed[host_blocks - m], peak_flops))",
+        new="seconds = link + Fraction(recomputed[host_blocks - m], peak_flops)"),
+    Bug("offload_attends_p_keys", "12.8",
+        "lets position p attend to p keys instead of p + 1, leaving out the token's own key",
+        old="pairs = page_size * (page_size + 1) // 2 + j * page_size * page_size",
+        new="pairs = page_size * (page_size - 1) // 2 + j * page_size * page_size"),
+    Bug("offload_positions_from_host", "12.8",
+        "counts the host blocks' positions from 0, as if the blocks still in GPU memory were not before them",
+        old="for j in range(gpu_blocks, gpu_blocks + host_blocks):", new="for j in range(host_blocks):"),
+    Bug("offload_reloads_first_blocks", "12.8",
+        "reloads the first m host blocks and recomputes the last ones, whose keys attend to the longest prefix",
+        old="Fraction(recomputed[host_blocks - m], peak_flops))",
+        new="Fraction(recomputed[host_blocks] - recomputed[m], peak_flops))"),
+    Bug("offload_ties_to_more_reload", "12.8", "breaks a tie between two plans toward the one that reloads more blocks",
+        old="if best is None or seconds < best:", new="if best is None or seconds <= best:"),
+    Bug("offload_forgets_state", "12.8",
+        "moves only the keys and values of a reloaded block, without the recurrent state snapshot at its end",
+        old="reload_bytes = page_size * kv_bytes_per_token + state_bytes",
+        new="reload_bytes = page_size * kv_bytes_per_token"),
+    Bug("offload_break_even_not_strict", "12.8",
+        "counts a block whose reload takes exactly as long as its recomputation as a break-even",
+        old="""    if excess < 0:
+        break_even = 0
+    elif slope == 0:
+        break_even = None
+    else:
+        break_even = excess // slope + 1""",
+        new="""    if excess <= 0:
+        break_even = 0
+    elif slope == 0:
+        break_even = None
+    else:
+        break_even = -(-excess // slope)"""),
+    Bug("offload_float_times", "12.8",
+        "compares the plans' times in floats, whose rounding can break an exact tie either way",
+        old="""        link = Fraction(m * reload_bytes, link_bandwidth)
+        seconds = max(link, Fraction(recomputed[host_blocks - m], peak_flops))""",
+        new="""        link = m * (reload_bytes / link_bandwidth)
+        seconds = max(link, recomputed[host_blocks - m] / peak_flops)"""),
 ]

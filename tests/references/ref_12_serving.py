@@ -7,6 +7,7 @@ requests are served first come, first served, by (arrival, id).
 """
 
 import math
+from fractions import Fraction
 
 import torch
 
@@ -336,6 +337,58 @@ def latency_percentiles(token_steps, arrivals, step_seconds, percentile):
         return sorted(values)[k - 1]
 
     return {"ttft": rank(ttft), "itl": rank(itl) if itl else None}
+
+
+# -- 12.8 ------------------------------------------------------------------------------
+def offload_plan(gpu_blocks, host_blocks, page_size, kv_bytes_per_token, state_bytes, flops_per_token,
+                 attn_flops_per_pair, link_bandwidth, peak_flops):
+    for name, value in (("gpu_blocks", gpu_blocks), ("host_blocks", host_blocks),
+                        ("kv_bytes_per_token", kv_bytes_per_token), ("state_bytes", state_bytes),
+                        ("flops_per_token", flops_per_token), ("attn_flops_per_pair", attn_flops_per_pair)):
+        _int(name, value, 0)
+    for name, value in (("page_size", page_size), ("link_bandwidth", link_bandwidth), ("peak_flops", peak_flops)):
+        _int(name, value, 1)
+    P = page_size
+    moved = P * kv_bytes_per_token + state_bytes
+
+    def work(j):
+        """FLOPs to recompute block j, one position at a time."""
+        total = 0
+        for p in range(j * P, (j + 1) * P):
+            total += flops_per_token + attn_flops_per_pair * (p + 1)
+        return total
+
+    def reload_wins(j):
+        return Fraction(moved, link_bandwidth) < Fraction(work(j), peak_flops)
+
+    # the first block where reloading wins: recompute cost never falls with j, so double
+    # an upper bound, then bisect; with no attention term the cost is the same at every j
+    if reload_wins(0):
+        first = 0
+    elif attn_flops_per_pair == 0:
+        first = None
+    else:
+        lo, hi = 0, 1  # reload_wins(lo) is False
+        while not reload_wins(hi):
+            lo, hi = hi, hi * 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if reload_wins(mid):
+                hi = mid
+            else:
+                lo = mid
+        first = hi
+
+    host = list(range(gpu_blocks, gpu_blocks + host_blocks))
+    costs = [work(j) for j in host]
+    times = []
+    for m in range(host_blocks + 1):
+        link = Fraction(m * moved, link_bandwidth)
+        gpu = Fraction(sum(costs[: host_blocks - m]), peak_flops)
+        times.append(link if link > gpu else gpu)
+    best = min(times)
+    m = times.index(best)  # the first, so the smallest m among equal times
+    return {"break_even_block": first, "reload_blocks": m, "seconds": float(best)}
 
 
 SUBSTITUTES = {
