@@ -4,9 +4,9 @@ modelled H100 SXM, and the snapshot resume of a hybrid model's recurrent state.
 Nothing here is timed: the trace runs the scheduler of Exercise 12.5 (the chapter's
 solutions, ``benchmarks.solutions``) on a clock whose steps are costed with Chapter 1's
 time model, so every record is deterministic. The trace is the chapter's: 32 questions
-on one 32K-token document, Llama 3.1 8B in bf16, pages of 16 tokens. The loop is the
-chapter's ``serve`` (chapters/12_serving.md), repeated here because the chapter is a page,
-not a module; keep the two alike.
+on one 32K-token document, Llama 3.1 8B in bf16, pages of 16 tokens. The time model
+(``step_seconds``), the trace and the clocked loop (``serve``) are the chapter's own:
+chapters/12_serving.md shows them from this file and runs them, so there is one copy.
 
 The ``serve.smollm2_*`` records are measured: the same scheduler (Exercise 12.6's
 ``run_trace``) plans a trace of questions after one shared system prompt, and
@@ -42,6 +42,17 @@ DOC_LEN, NUM_REQ, OUTPUT, MEAN_GAP = 32768, 32, 96, 1.5
 CHUNKED = 512  # the token budget the chapter recommends
 
 
+def step_seconds(batch, kv_per_token):
+    """Chapter 1's lower bound on one step's seconds, Llama 3.1 8B in bf16 on an H100 SXM.
+
+    batch: [(cached tokens, new tokens), ...], one pair per request in the step. The step
+    reads every weight once and each request's cache, and does 2 FLOPs per parameter per
+    new token plus 4 * head_dim per attended key, query head and layer."""
+    bytes_moved = WEIGHT_BYTES + sum(kv_per_token * (c + n) for c, n in batch)
+    flops = sum(2 * PARAMS * n + 4 * LAYERS * HEADS * HEAD_DIM * n * (c + (n + 1) / 2) for c, n in batch)
+    return max(bytes_moved / BANDWIDTH, flops / PEAK_FLOPS)
+
+
 def trace():
     """The chapter's arrivals (seconds) and question lengths, from the same seed."""
     rng = random.Random(1)
@@ -53,36 +64,33 @@ def trace():
 
 
 def serve(sol, kv_per_token, num_pages, token_budget, prefix_cache):
-    """The chapter's clocked loop: token steps, step seconds and tokens computed."""
+    """Run the trace on a clock with ``sol.schedule_step`` (Exercise 12.5).
+
+    Returns the steps of each request's tokens, every step's seconds and the tokens
+    computed in all."""
     arrivals, questions = trace()
-    doc_cached = (DOC_LEN // PAGE) * PAGE
-
-    def step_seconds(batch):
-        bytes_moved = WEIGHT_BYTES + sum(kv_per_token * (c + n) for c, n in batch)
-        flops = sum(2 * PARAMS * n + 4 * LAYERS * HEADS * HEAD_DIM * n * (c + (n + 1) / 2) for c, n in batch)
-        return max(bytes_moved / BANDWIDTH, flops / PEAK_FLOPS)
-
+    doc_cached = (DOC_LEN // PAGE) * PAGE  # the document's full blocks
     req = [{"id": i, "arrival": i, "num_tokens": DOC_LEN + questions[i], "computed": 0} for i in range(NUM_REQ)]
     running, waiting, free, clock, doc_ready = [], [], num_pages, 0.0, False
     seconds, token_steps, computed, arrived = [], {i: [] for i in range(NUM_REQ)}, 0, 0
     while any(len(s) < OUTPUT for s in token_steps.values()):
-        while arrived < NUM_REQ and arrivals[arrived] <= clock:
+        while arrived < NUM_REQ and arrivals[arrived] <= clock:  # arrivals join between steps
             waiting.append(req[arrived])
             arrived += 1
-        if prefix_cache and doc_ready:
+        if prefix_cache and doc_ready:  # the document's blocks are in the cache
             for r in waiting:
                 r["computed"] = max(r["computed"], doc_cached)
-        if not running and not waiting:
+        if not running and not waiting:  # idle until the next arrival: an empty step
             seconds.append(arrivals[arrived] - clock)
             clock = arrivals[arrived]
             continue
         result = sol.schedule_step(running, waiting, free, PAGE, token_budget)
         free = result["free_pages"]
-        for rid in result["preempted"]:
+        for rid in result["preempted"]:  # recomputed later, from the start
             running.remove(req[rid])
             req[rid]["computed"] = 0
             waiting.append(req[rid])
-        seconds.append(step_seconds([(req[rid]["computed"], n) for rid, n in result["scheduled"]]))
+        seconds.append(step_seconds([(req[rid]["computed"], n) for rid, n in result["scheduled"]], kv_per_token))
         clock += seconds[-1]
         for rid, n in result["scheduled"]:
             r = req[rid]
@@ -92,14 +100,20 @@ def serve(sol, kv_per_token, num_pages, token_budget, prefix_cache):
             r["computed"] += n
             computed += n
             doc_ready = doc_ready or r["computed"] >= doc_cached
-            if r["computed"] == r["num_tokens"]:
+            if r["computed"] == r["num_tokens"]:  # its last known token: it generates one
                 token_steps[rid].append(len(seconds) - 1)
                 r["num_tokens"] += 1
                 if len(token_steps[rid]) == OUTPUT:
                     running.remove(r)
                     free += math.ceil(r["computed"] / PAGE)
-    p99 = sol.latency_percentiles(token_steps, dict(enumerate(arrivals)), seconds, 99)
-    return p99, computed, sum(questions) + NUM_REQ * DOC_LEN
+    return token_steps, seconds, computed
+
+
+def p99(sol, kv_per_token, num_pages, token_budget, prefix_cache):
+    """TTFT and ITL p99 of the trace, and the tokens it computed."""
+    token_steps, seconds, computed = serve(sol, kv_per_token, num_pages, token_budget, prefix_cache)
+    arrivals, _ = trace()
+    return sol.latency_percentiles(token_steps, dict(enumerate(arrivals)), seconds, 99), computed
 
 
 def snapshot_error(sol):
@@ -216,9 +230,10 @@ def run() -> list[Record]:
     ch1 = load_solutions("01_kv_memory")
     kv_per_token = ch1.kv_bytes_per_token(LAYERS, KV_HEADS, HEAD_DIM, "bf16")
     num_pages = ch1.max_tokens(DEVICE_BYTES, WEIGHT_BYTES, kv_per_token, RESERVE, PAGE) // PAGE
-    whole, _, prompt_tokens = serve(sol, kv_per_token, num_pages, None, False)
-    chunked, computed_chunked, _ = serve(sol, kv_per_token, num_pages, CHUNKED, False)
-    _, computed_cached, _ = serve(sol, kv_per_token, num_pages, CHUNKED, True)
+    prompt_tokens = sum(trace()[1]) + NUM_REQ * DOC_LEN
+    whole, _ = p99(sol, kv_per_token, num_pages, None, False)
+    chunked, computed_chunked = p99(sol, kv_per_token, num_pages, CHUNKED, False)
+    _, computed_cached = p99(sol, kv_per_token, num_pages, CHUNKED, True)
     note = f"the chapter's trace, Llama 3.1 8B bf16 on a modelled H100 SXM, budget {CHUNKED} vs whole prompts"
     smollm2 = measure_smollm2((SMOL_SYSTEM,), log=lambda line: print(line, flush=True))
     SMOL_BUILD_RESULTS.parent.mkdir(parents=True, exist_ok=True)
