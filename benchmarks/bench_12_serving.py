@@ -191,12 +191,12 @@ def measure_smollm2(system_lens=SMOL_SWEEP, rounds=SMOL_ROUNDS, log=print) -> di
            "questions": len(SMOL_QUESTIONS), "rounds": rounds, "lengths": {}}
     for system_len in system_lens:
         row, runs = {}, {}
+        alone = one_at_a_time(model, smollm2_requests(tok, system_len, False))  # hits do not change a prompt
         for cache in (False, True):
             requests = smollm2_requests(tok, system_len, cache)
             steps = smollm2_steps(sol, requests)
             runs[cache] = (requests, steps)
             result = run_schedule(model, requests, steps, SMOL_PAGE)
-            alone = one_at_a_time(model, requests)
             key = "cached" if cache else "uncached"
             row[key] = {"computed": result.computed, "passes": result.passes,
                         "matches": sum(result.tokens[i] == alone[i] for i in alone)}
