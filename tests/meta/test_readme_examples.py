@@ -3,13 +3,15 @@
 Every command of the "Grading a class" section of ``docs/instructors.md`` (its ``bash``
 blocks) and every file it shows (its ``csv NAME`` blocks) is taken from that page, not copied
 here: the files are written as shown, the commands run as shown, from a working folder
-that looks like a clone (``.venv``, the ``Makefile`` and what it depends on are links to
-this checkout's), so ``make grade`` writes into that folder, never into this checkout's
-``_build/``. The folders the commands name (``path/to/submissions``,
+that looks like a clone (the ``Makefile`` and what it depends on are links to this
+checkout's, and so is every entry of ``.venv``), so ``make grade`` writes into that folder,
+never into this checkout's ``_build/``. The folders the commands name (``path/to/submissions``,
 ``path/to/private_tests``, ``path/to/canvas_download``) hold small classes; the one file
 the page describes without showing, ``canvas_export.csv``, is Canvas's gradebook
-export of that class. ``make`` is told that the install is done (``-o`` the stamp, in
-MAKEFLAGS), so it never reinstalls the shared ``.venv``.
+export of that class. The folder's ``.venv`` holds a stamp of its own, newer than what
+the stamp depends on, so ``make`` never reinstalls the shared environment: an install
+there would register that folder, which has no packages, in place of this checkout
+(GNU make reads no ``-o`` from MAKEFLAGS, so the stamp is the one way to say it).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from grading.layout import EXERCISES, ROOT, SOLUTIONS
 STEM = "01_kv_memory"
 MANUAL = ROOT / "docs" / "instructors.md"
 SECTION = ("## Grading a class", "## Importing the grades")
-LINKED = (".venv", "Makefile", "requirements.txt", "requirements-nodeps.txt", "pyproject.toml")
+LINKED = ("Makefile", "requirements.txt", "requirements-nodeps.txt", "pyproject.toml")
 HIDDEN_TEST = '''
 import pytest
 
@@ -79,6 +81,12 @@ def ran(tmp_path_factory):
     work = tmp_path_factory.mktemp("readme")
     for name in LINKED:
         (work / name).symlink_to(ROOT / name)
+    stamp = f".installed-{sys.version_info.major}.{sys.version_info.minor}"
+    (work / ".venv").mkdir()
+    for entry in (ROOT / ".venv").iterdir():
+        if not entry.name.startswith(".installed-"):
+            (work / ".venv" / entry.name).symlink_to(entry)
+    (work / ".venv" / stamp).touch()  # newer than the files it depends on: make installs nothing
     text = section()
     shown = files(text)
     assert {"roster.csv", "overrides.csv", "submitted.csv"} <= set(shown), sorted(shown)
@@ -96,9 +104,7 @@ def ran(tmp_path_factory):
     nbformat.write(_mistaken(), canvas / f"smithalice_12345_678901_{STEM}.ipynb")
     shutil.copyfile(SOLUTIONS / f"{STEM}.ipynb", canvas / f"jonesbob_LATE_23456_678902_{STEM}.ipynb")
 
-    stamp = f".venv/.installed-{sys.version_info.major}.{sys.version_info.minor}"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MAKEFLAGS", "MAKELEVEL")}
-    env["MAKEFLAGS"] = f"-o {stamp}"  # the install is done: never reinstall the shared .venv
     runs = []
     for command in commands(text):
         done = subprocess.run(["bash", "-c", command], check=False, cwd=work, env=env, capture_output=True, text=True,
