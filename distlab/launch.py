@@ -84,7 +84,7 @@ def run_on_ranks(notebook, function: str, world_size: int, calls: list[list], *,
     import torch
 
     if swap is _CALLERS:
-        from grading.judge.substitute import swap_in_force
+        from grading.contestant.swap import swap_in_force
 
         swap = swap_in_force()
 

@@ -37,6 +37,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from grading.classroom import gradebook as gb
+from grading.classroom.exports import (canvas_columns, match_roster, read_canvas_assignments, read_canvas_map,
+    read_roster, unmapped_chapters, write_canvas, write_wide)
+from grading.classroom.rows import NOTE, REVIEW, Row, partial_chapters
 from grading.proc import sandbox
 from grading.layout import GRADES, discover_chapters
 from grading.classroom.matching import (list_students, submission_digest)
@@ -44,6 +47,7 @@ from grading.classroom.grade import (GradeConfig, Grader, Task, fingerprint, hid
                                      os_error_text,
                                      submission_rows, submission_tasks)
 from grading.proc.judges import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, kill_all
+from grading.outcome import FOR_REVIEW
 
 
 
@@ -165,10 +169,10 @@ def main(argv=None) -> int:
         return 2
     try:
         overrides = gb.read_overrides(args.overrides) if args.overrides else []
-        roster = gb.read_roster(args.roster) if args.roster else []
-        args.course = gb.read_canvas_assignments(args.roster) if args.roster else []
-        args.canvas_map = gb.read_canvas_map(args.canvas_assignments)
-        gb.canvas_columns(args.canvas_map, args.course, [c.stem for c in discover_chapters()], [])
+        roster = read_roster(args.roster) if args.roster else []
+        args.course = read_canvas_assignments(args.roster) if args.roster else []
+        args.canvas_map = read_canvas_map(args.canvas_assignments)
+        canvas_columns(args.canvas_map, args.course, [c.stem for c in discover_chapters()], [])
         from grading.classroom import late
 
         submitted = late.read_submitted(args.submitted) if args.submitted else {}
@@ -213,16 +217,16 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
             why = "every chapter: no submission holds a notebook of any"
     chapters_line = f"chapters graded: {', '.join(c.stem for c in chapters)} ({why})"
     try:  # before any grading: a mistake here would otherwise surface after the whole class
-        columns = gb.canvas_columns(args.canvas_map, args.course,
-                                    [c.stem for c in discover_chapters()], [c.stem for c in chapters])
+        columns = canvas_columns(args.canvas_map, args.course,
+                                 [c.stem for c in discover_chapters()], [c.stem for c in chapters])
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    unmapped = gb.unmapped_chapters([c.stem for c in chapters], columns, args.course)
+    unmapped = unmapped_chapters([c.stem for c in chapters], columns, args.course)
     for line in unmapped:
         print(f"canvas: {line}", file=sys.stderr)
-    matched, roster_problems = gb.match_roster([s for s, _ in students], roster,
-                                               {x.name: x.keys for x in lms_students}) if roster else ({}, [])
+    matched, roster_problems = match_roster([s for s, _ in students], roster,
+                                            {x.name: x.keys for x in lms_students}) if roster else ({}, [])
     overrides = gb.resolve_override_students(overrides, [s for s, _ in students], matched)
     lateness = lateness_of(args, [s for s, _ in students], lms_info, submitted, matched)
     hidden = hidden_tests(args.extra_tests, chapters)
@@ -257,11 +261,11 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
         if gb.task_id(student, "") not in book.done:
             rows = submission_rows(student, sub, chapters)
             if unreadable:
-                rows.append(gb.Row(student, "", "", 0, 0, gb.REVIEW, unreadable))
+                rows.append(Row(student, "", "", 0, 0, REVIEW, unreadable))
             if student in lms_info:  # names read two ways, links left out of a Moodle folder
-                rows += [gb.Row(student, "", "", 0, 0, gb.REVIEW, p) for p in lms_info[student].problems]
+                rows += [Row(student, "", "", 0, 0, REVIEW, p) for p in lms_info[student].problems]
             if regraded:
-                rows.append(gb.Row(student, "", "", 0, 0, gb.NOTE, f"regraded: {regraded.split(';')[0]}"))
+                rows.append(Row(student, "", "", 0, 0, NOTE, f"regraded: {regraded.split(';')[0]}"))
             book.add(student, "", rows)
         tasks += [t for t in submission_tasks(student, sub, chapters)
                   if gb.task_id(student, t.chapter.stem) not in book.done]
@@ -278,10 +282,10 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
     for student, _ in students:
         gb.write_feedback(args.out, student, book.student_rows(student))
     final = book.final_rows()
-    wide = gb.write_wide(args.out, final, roster, matched)
-    _, canvas_problems = gb.write_canvas(args.out, final, roster, matched, columns)
+    wide = write_wide(args.out, final, roster, matched)
+    _, canvas_problems = write_canvas(args.out, final, roster, matched, columns)
     canvas_problems = unmapped + canvas_problems
-    extra = ignored_lines + [f"partly handed in: {p}" for p in gb.partial_chapters(final)]
+    extra = ignored_lines + [f"partly handed in: {p}" for p in partial_chapters(final)]
     extra += [f"overrides: {p}" for p in book.override_problems()]
     extra += [f"roster: {p}" for p in roster_problems]
     extra += [f"canvas: {p}" for p in canvas_problems] if roster else []
@@ -289,7 +293,7 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
         if line.removeprefix("canvas: ") not in unmapped:  # said before grading
             print(line, file=sys.stderr)
     review = gb.write_review_list(args.out, final, sandbox.status().line, extra, chapters_line)
-    flagged = sum(r.status in gb.FOR_REVIEW for r in final)
+    flagged = sum(r.status in FOR_REVIEW for r in final)
     if not args.quiet:
         print(f"wrote {book.path}, {wide.name}, {len(students)} feedback files in {args.out / 'feedback'} and {review} "
               f"({flagged} rows need a look)", file=sys.stderr)

@@ -45,6 +45,7 @@ import zipfile
 from pathlib import Path
 
 from grading.classroom import gradebook as gb
+from grading.classroom.rows import OVERRIDDEN, PASSED, Row, SKIPPED, exercise_order, num
 from grading.layout import EXERCISES, GRADESCOPE, REFERENCES, ROOT, TESTS, discover_chapters
 from grading.pins import grader_requirements
 from grading.proc.judges import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
@@ -96,13 +97,13 @@ def chapter_packages(chapter) -> set[str]:
 
 
 # -- results.json ---------------------------------------------------------------------------
-def _test_output(row: gb.Row) -> str:
+def _test_output(row: Row) -> str:
     """What the student reads under one test: the status and the grader's message; for
     hidden tests only whether they passed (never their names, source or messages)."""
     if row.exercise.endswith(" hidden"):
-        if row.status == gb.PASSED:
+        if row.status == PASSED:
             return "passed"
-        if row.status == gb.OVERRIDDEN:
+        if row.status == OVERRIDDEN:
             return f"{row.status}: {row.message}"
         return f"{row.status}: some of these tests did not pass"
     advice = gb.STATUS_ADVICE.get(row.status, "")
@@ -111,23 +112,23 @@ def _test_output(row: gb.Row) -> str:
     return text + (f"\n{advice}" if advice else "")
 
 
-def results_from_rows(rows: list[gb.Row], seconds: float, extra: dict | None = None) -> dict:
+def results_from_rows(rows: list[Row], seconds: float, extra: dict | None = None) -> dict:
     """Gradebook rows of one student -> Gradescope's results.json (a dict)."""
     tests = []
-    for r in sorted((r for r in rows if r.exercise), key=lambda r: (gb.exercise_order(r.exercise))):
+    for r in sorted((r for r in rows if r.exercise), key=lambda r: (exercise_order(r.exercise))):
         hidden = r.exercise.endswith(" hidden")
         number = r.exercise.split()[0]
         test = {"name": f"Exercise {number}" + (", further tests" if hidden else "") + f" ({r.chapter})",
                 "number": number + (" hidden" if hidden else ""),
                 "score": round(float(r.points), 3), "max_score": round(float(r.max_points), 3),
                 "output": _test_output(r), "visibility": "after_published" if hidden else "visible"}
-        if r.status != gb.SKIPPED:  # a GPU-only test on a CPU container: neither passed nor failed
-            test["status"] = "passed" if r.status == gb.PASSED or (
-                r.status == gb.OVERRIDDEN and r.points >= r.max_points) else "failed"
+        if r.status != SKIPPED:  # a GPU-only test on a CPU container: neither passed nor failed
+            test["status"] = "passed" if r.status == PASSED or (
+                r.status == OVERRIDDEN and r.points >= r.max_points) else "failed"
         tests.append(test)
     graded = [r for r in rows if r.exercise]
     score, possible = sum(r.points for r in graded), sum(r.max_points for r in graded)
-    lines = [f"Total: {gb.num(score)} / {gb.num(possible)} points."]
+    lines = [f"Total: {num(score)} / {num(possible)} points."]
     lines += [f"- {r.chapter + ': ' if r.chapter else ''}{r.message}" for r in rows if not r.exercise and r.message]
     return {"score": round(score, 3), "execution_time": round(seconds, 1), "output": "\n".join(lines),
             "stdout_visibility": "hidden", "tests": tests, "extra_data": extra or {}}
@@ -214,8 +215,8 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
                                      "grader_root": str(ROOT),
                                      **({"late": lateness.to_json()} if lateness else {})})
         for r in rows:
-            print(f"{r.chapter or '-':<28} {r.exercise or '-':<12} {gb.num(r.points):>6} / "
-                  f"{gb.num(r.max_points):<6} {r.status}  {r.message[:100]}")
+            print(f"{r.chapter or '-':<28} {r.exercise or '-':<12} {num(r.points):>6} / "
+                  f"{num(r.max_points):<6} {r.status}  {r.message[:100]}")
     except BaseException as exc:  # noqa: BLE001 - the file must be written whatever happened
         traceback.print_exc()
         results = failure_results(f"{type(exc).__name__}: {exc}"[:1000], time.monotonic() - start)

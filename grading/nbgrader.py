@@ -190,7 +190,7 @@ def exercise_points(chapters: list[Chapter]) -> dict[str, dict[str, ExercisePoin
     """{stem: {exercise: (total, core)}} from the graders themselves, collected by one
     grading child as ``grading.batch`` collects its plan: a test function is worth its
     ``points`` mark, GPU-only tests included; ``core`` sums the functions marked core."""
-    from grading.classroom import gradebook as gb
+    from grading.classroom.rows import core_points, group_plan, max_points
     from grading.proc.judges import run_child
 
     files = [str(c.test_file) for c in chapters]
@@ -205,9 +205,9 @@ def exercise_points(chapters: list[Chapter]) -> dict[str, dict[str, ExercisePoin
     for c in chapters:
         mine = str(c.test_file.resolve())
         tests = [{**t, "skip": False} for t in plans[0]["tests"] if t["path"] == mine and t.get("exercise")]
-        out[c.stem] = {label: ExercisePoints(gb.max_points(fns), gb.core_points(fns),
+        out[c.stem] = {label: ExercisePoints(max_points(fns), core_points(fns),
                                              tuple((f, fn["points"]) for (_, f), fn in fns.items() if fn["core"]))
-                       for label, fns in gb.group_plan(tests).items()}
+                       for label, fns in group_plan(tests).items()}
     return out
 
 

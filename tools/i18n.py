@@ -172,9 +172,13 @@ def write_search_dictionary(path: Path) -> Path:
 
 
 def _term_pattern(term: str) -> re.Pattern:
-    # "KV cache" also matches "KV-cache" and "KV caches"; not inside another word.
+    # "KV cache" also matches "KV-cache" and "KV caches", "inter-token latency" also
+    # "inter-token latencies"; not inside another word.
     words = [re.escape(w) for w in re.split(r"[\s-]+", term)]
-    return re.compile(r"(?<![\w-])" + r"[\s-]+".join(words) + r"(?:e?s)?(?![\w-])", re.IGNORECASE)
+    plural = r"(?:e?s)?"
+    if re.search(r"[^aeiou]y$", words[-1], re.IGNORECASE):
+        words[-1], plural = words[-1][:-1], r"(?:y|ies)"
+    return re.compile(r"(?<![\w-])" + r"[\s-]+".join(words) + plural + r"(?![\w-])", re.IGNORECASE)
 
 
 def _prose(text: str) -> str:

@@ -19,12 +19,13 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.classroom import gradebook as gb
+from grading.classroom.rows import (CRASHED, MEMORY, MISSING, NOTE, REVIEW, Row, TAMPERED, TIMED_OUT, UNMATCHED,
+    crash_text, graded_rows, one_line, zero_rows)
 from grading.layout import EXERCISE_LINE, EXERCISES, ROOT, SOLUTIONS, cell_source
 from grading.classroom.matching import (Chapter, Submission, entry_kind, match_folder,
                               unpack_zip)
 from grading.notebook.loader import MAX_CAPTURED_CHARS
-from grading.outcome import TestOutcome
+from grading.outcome import MESSAGE_CHARS, TestOutcome
 from grading.proc.judges import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, OUTPUT_CAP, ChildResult, run_child
 
 MAX_NOTEBOOK_BYTES = 50 * 2**20
@@ -144,19 +145,19 @@ def chapter_verdict(r: ChildResult, planned: set[str], timeout: float, limit: st
     the time limit, a stream of records no honest judge writes, how the judge ended, and
     graders that could not run."""
     if r.timed_out:
-        return gb.TIMED_OUT, f"grading this chapter took longer than {timeout:g} s and was stopped"
+        return TIMED_OUT, f"grading this chapter took longer than {timeout:g} s and was stopped"
     tamper = [v for line in r.of("tamper") for v in line["violations"]] + stream_problems(r, planned)
     if tamper:
-        return gb.TAMPERED, "; ".join(tamper)[:gb.MESSAGE_CHARS]
+        return TAMPERED, "; ".join(tamper)[:MESSAGE_CHARS]
     ended = r.exit
     if ended.status == "memory":
-        return gb.MEMORY, f"grading this chapter ran out of memory (limit {limit})"
+        return MEMORY, f"grading this chapter ran out of memory (limit {limit})"
     if ended.status == "crashed":
-        return gb.CRASHED, gb.crash_text(ended.returncode, ended.signal)
+        return CRASHED, crash_text(ended.returncode, ended.signal)
     errors = r.of("collect_error")
     if errors:
-        why = errors[0].get("summary") or gb.one_line(errors[0]["message"])
-        return gb.REVIEW, f"the graders could not run: {why}"
+        why = errors[0].get("summary") or one_line(errors[0]["message"])
+        return REVIEW, f"the graders could not run: {why}"
     return None
 
 
@@ -201,7 +202,7 @@ class Grader:
         self.baseline = fingerprint(self.chapters, [p for ps in self.hidden.values() for p in ps])
         self.collect_plan()
 
-    def grade_safely(self, task: "Task") -> list[gb.Row] | None:
+    def grade_safely(self, task: "Task") -> list[Row] | None:
         """The task's rows; a failure of ours costs this chapter (needs review), not the run;
         None once the graders were found changed."""
         if self.compromised:
@@ -209,8 +210,8 @@ class Grader:
         try:
             return self.grade(task)
         except Exception as exc:  # a bug of ours must cost one chapter, not the run
-            return gb.zero_rows(task.student, task.chapter.stem, self.plan[task.chapter.stem], gb.REVIEW,
-                                f"the grader failed on this chapter: {type(exc).__name__}: {exc}")
+            return zero_rows(task.student, task.chapter.stem, self.plan[task.chapter.stem], REVIEW,
+                             f"the grader failed on this chapter: {type(exc).__name__}: {exc}")
 
     def collect_plan(self):
         """Which tests each chapter has, their exercises and points (one collect-only child)."""
@@ -232,15 +233,15 @@ class Grader:
             ids = exercise_cells(source if source.exists() else EXERCISES / f"{c.stem}.ipynb")
             self.solution_ids[c.stem] = ids if isinstance(ids, list) else []
 
-    def grade(self, task: Task) -> list[gb.Row]:
+    def grade(self, task: Task) -> list[Row]:
         s, stem = task.student, task.chapter.stem
         tests = self.plan[stem]
         if task.notebook is None:
-            status = gb.REVIEW if task.note else gb.MISSING
-            return gb.zero_rows(s, stem, tests, status, task.note or f"no notebook for {stem} in the submission")
+            status = REVIEW if task.note else MISSING
+            return zero_rows(s, stem, tests, status, task.note or f"no notebook for {stem} in the submission")
         ids = exercise_cells(task.notebook)
         if isinstance(ids, str):
-            return gb.zero_rows(s, stem, tests, gb.REVIEW, ids)
+            return zero_rows(s, stem, tests, REVIEW, ids)
         review, notes = structure_review(ids, self.solution_ids.get(stem, []))
         files = {f"{stem}.ipynb": str(task.notebook)}
         for h in self.hidden.get(stem, []):
@@ -260,8 +261,8 @@ class Grader:
         changed = sorted(k for k in self.baseline if now.get(k) != self.baseline[k])
         if changed:
             self.compromised = f"{s} / {stem} changed {', '.join(changed[:5])}"
-            rows = gb.zero_rows(s, stem, tests, gb.TAMPERED, "files of the grader or of installed packages changed "
-                                f"while this chapter was graded: {', '.join(Path(c).name for c in changed[:5])}")
+            rows = zero_rows(s, stem, tests, TAMPERED, "files of the grader or of installed packages changed "
+                             f"while this chapter was graded: {', '.join(Path(c).name for c in changed[:5])}")
         return rows
 
     @property
@@ -271,61 +272,61 @@ class Grader:
         return [p for p in (self.args.out, self.args.submissions.resolve(), self.args.extra_tests) if p]
 
     def rows_from(self, s: str, stem: str, tests: list[dict], r: ChildResult, review: dict,
-                  notes: list[str]) -> list[gb.Row]:
+                  notes: list[str]) -> list[Row]:
         limit = f"{self.args.memory_mb} MB"
         verdict = chapter_verdict(r, {t["nodeid"] for t in tests}, self.args.timeout, limit)
         if verdict is not None:
-            return gb.zero_rows(s, stem, tests, *verdict)
+            return zero_rows(s, stem, tests, *verdict)
         try:
             outcomes = {o.nodeid: o for o in map(TestOutcome.from_json, r.of("test"))}
         except ValueError as exc:  # only our own judge writes these lines: a bug, for review
-            return gb.zero_rows(s, stem, tests, gb.REVIEW, f"the judge's outcome lines could not be read: {exc}")
+            return zero_rows(s, stem, tests, REVIEW, f"the judge's outcome lines could not be read: {exc}")
         load = (r.of("load") or [{"problems": []}])[0]
         unreadable = [p for p in load["problems"] if p["kind"] == "unreadable"]
         if unreadable:
-            return gb.zero_rows(s, stem, tests, gb.REVIEW, gb.one_line(unreadable[0]["message"]))
+            return zero_rows(s, stem, tests, REVIEW, one_line(unreadable[0]["message"]))
         memory_note = ""
         for p in load["problems"]:
             if p["kind"] == "error" and p.get("memory"):
                 memory_note = f"cell {p['cell']} ran out of memory (limit {limit})"
                 break
         # Advice only (no points depend on it), kept to exercises that failed and cut to size.
-        diagnoses = {str(d.get("exercise")): gb.one_line(str(d.get("message", "")), 400)
+        diagnoses = {str(d.get("exercise")): one_line(str(d.get("message", "")), 400)
                      for line in r.of("diagnosis")[:1] for d in line.get("diagnoses", [])[:50]}
-        rows = gb.graded_rows(s, stem, tests, outcomes, review, memory_note, diagnoses)
+        rows = graded_rows(s, stem, tests, outcomes, review, memory_note, diagnoses)
         if memory_note:
-            rows.append(gb.Row(s, stem, "", 0, 0, gb.MEMORY, memory_note))
+            rows.append(Row(s, stem, "", 0, 0, MEMORY, memory_note))
         for p in load["problems"]:
             if p["kind"] == "error" and memory_note and p.get("memory"):
                 continue
             if p["kind"] == "skipped":
                 text = f"cell {p['cell']}: {p['message']} (not run by the grader)"
-                rows.append(gb.Row(s, stem, "", 0, 0, gb.NOTE, text))
+                rows.append(Row(s, stem, "", 0, 0, NOTE, text))
             elif p["kind"] == "error":
-                text = f"cell {p['cell']} raised {gb.one_line(p['message'], 300)}"
-                rows.append(gb.Row(s, stem, "", 0, 0, gb.NOTE, text))
-        rows += [gb.Row(s, stem, "", 0, 0, gb.NOTE, n) for n in notes]
+                text = f"cell {p['cell']} raised {one_line(p['message'], 300)}"
+                rows.append(Row(s, stem, "", 0, 0, NOTE, text))
+        rows += [Row(s, stem, "", 0, 0, NOTE, n) for n in notes]
         if load.get("output_chars", 0) >= MAX_CAPTURED_CHARS:
-            rows.append(gb.Row(s, stem, "", 0, 0, gb.NOTE, f"the notebook printed more than {MAX_CAPTURED_CHARS} "
-                                                           "characters; the rest of its output was discarded"))
+            rows.append(Row(s, stem, "", 0, 0, NOTE, f"the notebook printed more than {MAX_CAPTURED_CHARS} "
+                                                     "characters; the rest of its output was discarded"))
         elif r.output_bytes > OUTPUT_CAP:
-            rows.append(gb.Row(s, stem, "", 0, 0, gb.NOTE, f"the notebook printed more than {OUTPUT_CAP // 1024} KB; "
-                                                           "the rest of its output was discarded"))
+            rows.append(Row(s, stem, "", 0, 0, NOTE, f"the notebook printed more than {OUTPUT_CAP // 1024} KB; "
+                                                     "the rest of its output was discarded"))
         return rows
 
 
 # -- one submission ---------------------------------------------------------------------------
-def submission_rows(student: str, sub: Submission, chapters: list[Chapter]) -> list[gb.Row]:
+def submission_rows(student: str, sub: Submission, chapters: list[Chapter]) -> list[Row]:
     """Rows about the whole submission: a zip that could not be read, notebooks no
     chapter claimed (needs review when a chapter is missing, a note otherwise; both
     are listed in needs_review.md)."""
     rows = []
     if sub.problem:
-        rows.append(gb.Row(student, "", "", 0, 0, gb.REVIEW, sub.problem))
+        rows.append(Row(student, "", "", 0, 0, REVIEW, sub.problem))
     missing_any = any(c.stem not in sub.notebooks for c in chapters)
     for name, reason in sub.unmatched:
-        rows.append(gb.Row(student, "", "", 0, 0, gb.REVIEW if missing_any else gb.NOTE,
-                           f"{name} {gb.UNMATCHED}: {reason}"))
+        rows.append(Row(student, "", "", 0, 0, REVIEW if missing_any else NOTE,
+                        f"{name} {UNMATCHED}: {reason}"))
     return rows
 
 
@@ -404,7 +405,7 @@ def _finished(grader: Grader) -> None:
 
 
 def grade_submission(config: GradeConfig, student: str, entry: Path, chapters: list[Chapter],
-                     hidden: dict | None = None, on_chapter=None) -> tuple[list[gb.Row], Grader]:
+                     hidden: dict | None = None, on_chapter=None) -> tuple[list[Row], Grader]:
     """Every row of one student's submission ``entry`` (a folder, a zip or one notebook):
     the rows about the submission itself, then each chapter's, graded by its own judge.
     ``on_chapter(stem)`` is told before each chapter. Returns the rows and the grader (its
@@ -422,7 +423,7 @@ def grade_submission(config: GradeConfig, student: str, entry: Path, chapters: l
     return rows, grader
 
 
-def grade_chapter(config: GradeConfig, student: str, chapter: Chapter, notebook: Path) -> list[gb.Row]:
+def grade_chapter(config: GradeConfig, student: str, chapter: Chapter, notebook: Path) -> list[Row]:
     """The rows of one chapter's ``notebook``, found by the caller (nbgrader's folders name
     it), graded by its own judge. :class:`GraderChanged` if the grader's files changed."""
     grader = Grader(config, [chapter], {})

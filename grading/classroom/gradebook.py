@@ -4,8 +4,7 @@ Rows (:mod:`grading.classroom.rows`) are appended to ``gradebook.csv`` as soon a
 chapter is graded, then a line in ``.done`` says the chapter is complete, so ``--resume``
 knows what to skip and drops the rows of a chapter that was cut short. Feedback files are
 made from the rows alone, so they are the same after a resume. The wide and Canvas
-exports are :mod:`grading.classroom.exports`; this module names them too, so that a front
-door reads the whole gradebook as one module.
+exports are :mod:`grading.classroom.exports`.
 """
 
 from __future__ import annotations
@@ -18,15 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading.outcome import FOR_REVIEW
-from grading.classroom.exports import (  # noqa: F401 - the gradebook's face
-    CANVAS_ASSIGNMENT, CANVAS_COMPUTED, CANVAS_FIELDS, CANVAS_NOT_STUDENTS, CANVAS_POINTS_ROW,
-    CANVAS_STUDENT_COLUMNS, CanvasAssignment, ROSTER_COLUMNS, Student, canvas_columns, match_roster, name_key,
-    read_canvas_assignments, read_canvas_map, read_roster, unmapped_chapters, write_canvas, write_wide)
-from grading.classroom.rows import (  # noqa: F401 - the gradebook's face
-    CRASHED, ERROR, FAILED, FIELDS, FORMULA_START, MEMORY, MISSING, NOTE, NOT_ATTEMPTED, NO_GRADE,
-    OVERRIDDEN, PASSED, PLAIN_NUMBER, REVIEW, Row, SKIPPED, TAMPERED, TIMED_OUT, UNMATCHED, core_points, crash_text,
-    csv_cell, csv_row, csv_value, exercise_order, graded_chapters, graded_rows, group_plan, max_points, num,
-    one_line, partial_chapters, zero_rows)
+from grading.classroom.exports import Student, name_key
+from grading.classroom.rows import (CRASHED, FIELDS, MEMORY, MISSING, NOTE, OVERRIDDEN, PASSED, REVIEW, Row,
+                                    TAMPERED, TIMED_OUT, UNMATCHED, csv_value, exercise_order, graded_chapters, num,
+                                    one_line)
 
 
 # -- the file -------------------------------------------------------------------------

@@ -117,7 +117,7 @@ def apply(rows: list, late: Lateness | None) -> list:
     """The rows of one student with the late penalty applied: every graded row's points
     times ``late.factor`` (its message says so) and a note row per chapter of the
     submission (one row, chapter "", when rows span several). ``rows``: gradebook rows
-    (:class:`grading.classroom.gradebook.Row`). Returns the rows unchanged when on time."""
+    (:class:`grading.classroom.rows.Row`). Returns the rows unchanged when on time."""
     from grading.classroom.rows import Row
 
     if late is None or late.days == 0:

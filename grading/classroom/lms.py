@@ -28,7 +28,7 @@ examples):
 
 :func:`gather` turns such files into one folder per student (copies, in a scratch folder)
 and gives, per student, the keys the roster is matched on (the name part and the LMS's
-id: :func:`grading.classroom.gradebook.match_roster`) and what the name says of the submission
+id: :func:`grading.classroom.exports.match_roster`) and what the name says of the submission
 time (Blackboard's attempt time, Canvas's late mark; :mod:`grading.classroom.late`).
 """
 

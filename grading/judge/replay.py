@@ -43,9 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grading.judge.expected import (  # noqa: F401
-    FLOAT_EPS, PY_FLOAT_RTOL, ULPS, BITS_ONLY, call_key, decode, describe, encode, floats_match,
-)
+from grading.judge.expected import call_key, decode, encode, floats_match
 
 FORMAT = 1
 PACKAGE = "tests.references"

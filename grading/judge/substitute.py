@@ -26,16 +26,16 @@ reference's:
   swap is applied: Chapter 7's ``@triton.jit`` references live in a module that imports
   Triton, which must not happen before the notebook has chosen ``TRITON_INTERPRET``.
 - A reference that itself calls other exercises' names is declared as
-  ``calling(reference, "name", ...)``: it is a copy of the reference whose globals
-  ``name`` are the notebook's, as they stand after the swap: the student's where the
-  name belongs to the exercise under test, the references' otherwise. So 7.4's causal
-  helpers are graded inside the reference of 7.3's kernel, and 7.3's kernel, graded,
-  calls the references of 7.4's helpers. A ``@triton.jit`` reference is copied into a
-  new ``triton.jit`` function from the same code (its source stays in its real file,
-  where Triton reads it); Triton looks a kernel's callees up in its globals when it
-  compiles or interprets it, not when it is defined, so the copy calls the new ones.
-  The ``calling`` entries are resolved after the plain ones, in their order in
-  ``SUBSTITUTES`` (a later one may call an earlier one).
+  ``calling(reference, "name", ...)`` (from :mod:`grading.contestant.swap`): a copy of
+  the reference whose globals ``name`` are the notebook's, as they stand after the swap:
+  the student's where the name belongs to the exercise under test, the references'
+  otherwise. So 7.4's causal helpers are graded inside the reference of 7.3's kernel, and
+  7.3's kernel, graded, calls the references of 7.4's helpers. A ``@triton.jit``
+  reference is copied into a new ``triton.jit`` function from the same code (its source
+  stays in its real file, where Triton reads it); Triton looks a kernel's callees up in
+  its globals when it compiles or interprets it, not when it is defined, so the copy
+  calls the new ones. The ``calling`` entries are resolved after the plain ones, in their
+  order in ``SUBSTITUTES`` (a later one may call an earlier one).
 
 A chapter opts in by declaring ``SUBSTITUTES`` (possibly empty); a chapter without it
 is graded as before. The swap lasts one test (an autouse fixture) and is undone after
@@ -49,9 +49,9 @@ only what must run beside the notebook's own objects is sent as source
 expected values with.
 
 *Other children.* The book's ``distlab`` runs a notebook's ring on gloo ranks that load it
-themselves; :func:`swap_in_force` is the swap in force in this process, as a plain dict
-``{"chapter": stem, "exercise": "7.3"}``, which ``run_on_ranks`` sends along (JSON), and
-each rank applies it after loading the notebook, with :func:`swap_as`.
+themselves; :func:`grading.contestant.swap.swap_in_force` is the swap in force in this
+process, as a plain dict ``{"chapter": stem, "exercise": "7.3"}``, which ``run_on_ranks``
+sends along (JSON), and each rank applies it after loading the notebook, with :func:`swap_as`.
 
 ``only_solved(solution, exercise)`` builds the notebook of the independence check
 (``pytest --prove``): the stubs, with one exercise's solution regions put back.
@@ -71,8 +71,7 @@ import nbformat
 import pytest
 
 from grading.layout import EXERCISES, TESTS, cell_source, chapter_of_test_file, exercise_of_marker
-from grading.contestant.swap import (Beside, Calling, beside, calling, rebound, resolve,  # noqa: F401
-                                     stand_in, swap_announced, swap_in, swap_in_force)
+from grading.contestant.swap import Beside, Calling, resolve, swap_announced, swap_in
 from grading.notebook.regions import replace_regions, stub_lines
 
 STUB_RAISE = re.compile(r"raise NotImplementedError\(\s*['\"]Exercise (\d+\.\d+)\b")

@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading.classroom import gradebook as gb
+from grading.classroom.rows import Row, graded_rows, one_line
 from grading.classroom.grade import structure_review
 from grading.classroom.matching import Chapter, match_folder, match_name, normalize
 from grading.outcome import TestOutcome
@@ -359,7 +359,7 @@ def test_core_tests_are_all_or_nothing_the_others_share_by_case():
         outcomes = {t["nodeid"]: TestOutcome(t["nodeid"], "failed" if t["nodeid"] in failing else "passed",
                                              status="failed" if t["nodeid"] in failing else "", message="wrong",
                                              exc_type="GradingFailure") for t in tests}
-        return gb.graded_rows("s", "01_kv_memory", tests, outcomes)[0].points
+        return graded_rows("s", "01_kv_memory", tests, outcomes)[0].points
 
     assert points(set()) == 3
     assert points({"t::test_convert[0]"}) == 1  # one core case wrong: the core's 2 points are lost
@@ -368,7 +368,7 @@ def test_core_tests_are_all_or_nothing_the_others_share_by_case():
 
 def test_one_line_messages():
     msg = "Exercise 1.2: f(1) is wrong\n  expected: 4\n  got:      4.0\ntests/test_x.py:12: in test\n    boom"
-    assert gb.one_line(msg) == "Exercise 1.2: f(1) is wrong; expected: 4; got:      4.0"
+    assert one_line(msg) == "Exercise 1.2: f(1) is wrong; expected: 4; got:      4.0"
 
 
 def test_help():
@@ -378,9 +378,9 @@ def test_help():
 
 def test_gradebook_points_are_written_plainly():
     # Whole points without ".0", fractions as written, float noise rounded away.
-    assert gb.Row("s", STEM, "1.1", 1.5, 2, "failed", "x").as_csv()["points"] == "1.5"
-    assert gb.Row("s", STEM, "1.1", 2.0, 2, "passed", "").as_csv()["points"] == "2"
-    assert gb.Row("s", STEM, "1.1", 0.1 + 0.2, 2, "failed", "x").as_csv()["points"] == "0.3"
+    assert Row("s", STEM, "1.1", 1.5, 2, "failed", "x").as_csv()["points"] == "1.5"
+    assert Row("s", STEM, "1.1", 2.0, 2, "passed", "").as_csv()["points"] == "2"
+    assert Row("s", STEM, "1.1", 0.1 + 0.2, 2, "failed", "x").as_csv()["points"] == "0.3"
 
 
 def test_model_lab_solution_graded_as_a_submission_gets_full_marks(tmp_path):

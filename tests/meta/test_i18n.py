@@ -82,6 +82,12 @@ def test_the_glossary_is_read_from_the_notation_page():
     assert len(terms) >= 30
 
 
+def test_a_glossary_term_is_found_in_its_plural_and_hyphenated():
+    assert i18n._term_pattern("KV cache").search("two KV-caches")
+    assert i18n._term_pattern("inter-token latency").search("the inter-token latencies of all requests")
+    assert not i18n._term_pattern("prefill").search("a prefilled cache")
+
+
 def test_markdown_cells_are_cut_as_sphinx_cuts_them():
     text = ("## Exercise 1.1\n\nThe cache holds\ntwo tensors per layer.\n\n- one key\n- one value,\n  per token\n\n"
             "$$c = 2 n d$$\n\n| a | b |\n| --- | --- |\n| left | right |\n")

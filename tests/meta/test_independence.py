@@ -28,6 +28,7 @@ import torch
 
 from distlab import run_on_ranks
 from grading.judge import substitute
+from grading.contestant.swap import Beside, Calling, calling, swap_in_force
 from grading.notebook.catalogue import load_catalogue
 from grading.compare import GradingFailure
 from grading.layout import cell_source, chapter_of_test_file, discover_chapters
@@ -121,7 +122,7 @@ def test_references_have_the_exercises_names_and_parameters(chapter):
 def _parameters(reference) -> list[str]:
     """The parameter names of a declared reference. One named "module:function" is read
     from its source (importing it would import Triton here, before any notebook)."""
-    while isinstance(reference, (substitute.Calling, substitute.Beside)):
+    while isinstance(reference, (Calling, Beside)):
         reference = reference.reference
     if not isinstance(reference, str):
         return list(inspect.signature(reference).parameters)
@@ -215,14 +216,14 @@ def test_a_reference_declared_calling_uses_the_notebooks_names(monkeypatch):
     """calling(): the reference of one exercise calls the graded exercise's own code."""
     namespace = {"_helper": lambda x: "student helper", "_caller": lambda x: "student caller"}
     owned = {"_helper": "9.1", "_caller": "9.2"}
-    references = {"_helper": _helper, "_caller": substitute.calling(f"{__name__}:_caller", "_helper")}
+    references = {"_helper": _helper, "_caller": calling(f"{__name__}:_caller", "_helper")}
     monkeypatch.setitem(substitute._TABLES, "99_test", (owned, references))
     with substitute.swap_for(namespace, "99_test", "9.1"):  # the helper is graded inside the reference caller
         assert namespace["_caller"](0) == "reference caller over student helper"
-        assert substitute.swap_in_force() == {"chapter": "99_test", "exercise": "9.1"}
+        assert swap_in_force() == {"chapter": "99_test", "exercise": "9.1"}
     with substitute.swap_for(namespace, "99_test", "9.2"):
         assert namespace["_caller"](0) == "student caller" and namespace["_helper"](0) == "reference helper"
-    assert substitute.swap_in_force() is None and namespace["_caller"](0) == "student caller"
+    assert swap_in_force() is None and namespace["_caller"](0) == "student caller"
 
 
 # -- the swap in processes that load the notebook themselves -----------------------------------

@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from grading.classroom import gradebook as gb
+from grading.classroom.rows import CRASHED, ERROR, FAILED, MEMORY, PASSED, REVIEW, Row, TAMPERED, TIMED_OUT
 from grading import gradescope, wire
 from grading.layout import ROOT, SOLUTIONS
 
@@ -120,15 +121,15 @@ def test_a_large_message_is_read_whole(tmp_path):
 
 
 # -- feedback -------------------------------------------------------------------------------
-def _rows(status: str) -> list[gb.Row]:
+def _rows(status: str) -> list[Row]:
     names = "test_secret_negative_heads, test_secret_fp8"
-    return [gb.Row("s", STEM, "1.1", 3, 3, gb.PASSED, ""),
-            gb.Row("s", STEM, "1.1 hidden", 0, 2, status, f"failed hidden tests: {names}"),
-            gb.Row("s", STEM, "1.2 hidden", 0, 1, status,
-                   f"cell 3 ran out of memory (limit 3000 MB); failed hidden tests: {names}")]
+    return [Row("s", STEM, "1.1", 3, 3, PASSED, ""),
+            Row("s", STEM, "1.1 hidden", 0, 2, status, f"failed hidden tests: {names}"),
+            Row("s", STEM, "1.2 hidden", 0, 1, status,
+                f"cell 3 ran out of memory (limit 3000 MB); failed hidden tests: {names}")]
 
 
-@pytest.mark.parametrize("status", [gb.FAILED, gb.ERROR, gb.CRASHED, gb.TIMED_OUT, gb.TAMPERED, gb.MEMORY, gb.REVIEW])
+@pytest.mark.parametrize("status", [FAILED, ERROR, CRASHED, TIMED_OUT, TAMPERED, MEMORY, REVIEW])
 def test_feedback_of_a_student_who_fails_only_hidden_tests_names_none(status):
     for text in (gb.feedback_markdown("s", _rows(status)),
                  json.dumps(gradescope.results_from_rows(_rows(status), 1.0))):
@@ -137,10 +138,10 @@ def test_feedback_of_a_student_who_fails_only_hidden_tests_names_none(status):
 
 
 def test_a_hidden_node_id_in_a_chapter_wide_message_is_not_shown():
-    rows = [gb.Row("s", STEM, "1.1", 0, 3, gb.TAMPERED,
-                   "a test was reported twice (hidden/test_01_x.py::test_secret[2-3]): the grading process was forked"),
-            gb.Row("s", STEM, "1.1 hidden", 0, 2, gb.TAMPERED, "a test was reported twice (hidden/test_01_x.py::"
-                                                               "test_secret[2-3])")]
+    rows = [Row("s", STEM, "1.1", 0, 3, TAMPERED,
+                "a test was reported twice (hidden/test_01_x.py::test_secret[2-3]): the grading process was forked"),
+            Row("s", STEM, "1.1 hidden", 0, 2, TAMPERED, "a test was reported twice (hidden/test_01_x.py::"
+                                                         "test_secret[2-3])")]
     text = gb.feedback_markdown("s", rows)
     assert "secret" not in text and "test_01_x" not in text, text
     assert "a hidden test" in text

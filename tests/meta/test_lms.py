@@ -2,7 +2,7 @@
 
 - A bulk download as Canvas, Moodle (in folders and flattened) and Blackboard name it is
   read as one submission per student, and each student part is matched to the roster
-  (``grading/classroom/lms.py``, ``grading.classroom.gradebook.match_roster``).
+  (``grading/classroom/lms.py``, ``grading.classroom.exports.match_roster``).
 - ``gradebook_canvas.csv`` has Canvas's import header and a ``Points Possible`` row.
 - Late work: the policy, the one function that applies it (``grading/classroom/late.py``), the
   submission time from Gradescope's ``submission_metadata.json``.
@@ -24,6 +24,9 @@ from pathlib import Path
 import pytest
 
 from grading.classroom import gradebook as gb
+from grading.classroom.exports import (CANVAS_FIELDS, CanvasAssignment, Student, canvas_columns, match_roster,
+    read_canvas_assignments, read_canvas_map, read_roster, unmapped_chapters, write_canvas, write_wide)
+from grading.classroom.rows import FAILED, MISSING, NOTE, PASSED, REVIEW, Row, UNMATCHED, partial_chapters
 from grading.classroom import late
 from grading.classroom import lms
 from grading.layout import EXERCISES, ROOT, SOLUTIONS, discover_chapters
@@ -102,16 +105,16 @@ def test_a_blackboard_download_keeps_the_latest_attempt_and_drops_the_receipts(t
 def test_each_layouts_student_part_is_matched_to_the_roster(tmp_path):
     roster_file = tmp_path / "roster.csv"
     roster_file.write_text(CANVAS_ROSTER)
-    roster = gb.read_roster(roster_file)
+    roster = read_roster(roster_file)
     assert [s.id for s in roster] == ["12345", "23456"]  # not the points row, not the test student
     assert roster[0].sis_user_id == "S001" and roster[0].sis_login_id == "asmith" and roster[0].section == "Section A"
     # Canvas: the sortable name, or the user id; Moodle: the full name; Blackboard: the login.
     aliases = {"smithalice": ["smithalice", "12345"], "Bob Jones": ["Bob Jones", "23456"], "asmith": ["asmith"]}
-    matched, problems = gb.match_roster(["smithalice", "Bob Jones"], roster, aliases)
+    matched, problems = match_roster(["smithalice", "Bob Jones"], roster, aliases)
     assert {k: v.id for k, v in matched.items()} == {"smithalice": "12345", "Bob Jones": "23456"}, problems
-    by_name_only, _ = gb.match_roster(["jonesbob"], roster)  # no id at hand: the sortable name alone
+    by_name_only, _ = match_roster(["jonesbob"], roster)  # no id at hand: the sortable name alone
     assert by_name_only["jonesbob"].id == "23456"
-    by_login, _ = gb.match_roster(["asmith"], roster)  # Blackboard's user name, as SIS Login ID
+    by_login, _ = match_roster(["asmith"], roster)  # Blackboard's user name, as SIS Login ID
     assert by_login["asmith"].id == "12345"
 
 
@@ -133,14 +136,14 @@ def test_entries_that_are_no_lms_s_stay_ordinary_submissions(tmp_path):
 
 
 # -- Canvas's import ---------------------------------------------------------------------------------
-def _rows(student: str, points: dict[str, tuple[float, float]]) -> list[gb.Row]:
-    return [gb.Row(student, f"0{e[0]}_x", e, p, m, gb.PASSED if p == m else gb.FAILED) for e, (p, m) in points.items()]
+def _rows(student: str, points: dict[str, tuple[float, float]]) -> list[Row]:
+    return [Row(student, f"0{e[0]}_x", e, p, m, PASSED if p == m else FAILED) for e, (p, m) in points.items()]
 
 
 def test_gradebook_canvas_has_canvas_s_header_and_a_points_possible_row(tmp_path):
-    roster = [gb.Student("12345", "Smith, Alice", sis_user_id="S001", sis_login_id="asmith", section="A")]
+    roster = [Student("12345", "Smith, Alice", sis_user_id="S001", sis_login_id="asmith", section="A")]
     rows = _rows("smithalice", {"1.1": (4, 4), "1.2": (1, 4), "3.1": (2, 9)}) + _rows("ghost", {"1.1": (4, 4)})
-    path, problems = gb.write_canvas(tmp_path, rows, roster, {"smithalice": roster[0]})
+    path, problems = write_canvas(tmp_path, rows, roster, {"smithalice": roster[0]})
     with open(path, newline="") as f:
         table = list(csv.reader(f))
     assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "01_x", "03_x"]
@@ -183,7 +186,7 @@ def test_the_penalty_scales_every_graded_row_and_leaves_a_note():
     out = late.apply(rows, late.lateness(datetime(2026, 12, 2, 12, tzinfo=UTC), DUE, late.LatePolicy(0.25)))
     assert [(r.points, r.max_points) for r in out if r.exercise] == [(3.0, 4), (0, 4)]
     notes = [r for r in out if not r.exercise]
-    assert len(notes) == 1 and notes[0].status == gb.NOTE and notes[0].message.startswith(gb.LATE_NOTE)
+    assert len(notes) == 1 and notes[0].status == NOTE and notes[0].message.startswith(gb.LATE_NOTE)
     assert late.apply(rows, None) == rows
 
 
@@ -215,7 +218,7 @@ def test_submitted_csv_names_its_bad_line(tmp_path):
 
 # -- overrides by roster id --------------------------------------------------------------------------
 def test_an_override_may_name_the_student_by_roster_id():
-    alice = gb.Student("s001", "Alice Example", "alice@example.edu")
+    alice = Student("s001", "Alice Example", "alice@example.edu")
     overrides = [gb.Override("s001", "1.2", 1, "regrade", 2), gb.Override("alice", "1.1", 2, "typo", 3),
                  gb.Override("s999", "1.1", 2, "who?", 4)]
     resolved = gb.resolve_override_students(overrides, ["alice"], {"alice": alice})
@@ -322,14 +325,14 @@ def test_canvas_names_keep_unicode_letters_and_anonymous_prefixes(tmp_path):
     roster_file = tmp_path / "roster.csv"
     roster_file.write_text('Student,ID,SIS User ID,SIS Login ID,Section\n"de León, María",12354,S003,mdeleon,A\n',
                            encoding="utf-8")
-    matched, _ = gb.match_roster(["deleónmaría"], gb.read_roster(roster_file))
+    matched, _ = match_roster(["deleónmaría"], read_roster(roster_file))
     assert matched["deleónmaría"].id == "12354"  # by the name alone, accents and all
 
 
 def test_an_override_may_name_the_student_by_any_roster_id_column(tmp_path):
     roster_file = tmp_path / "roster.csv"
     roster_file.write_text(CANVAS_ROSTER)
-    roster = gb.read_roster(roster_file)
+    roster = read_roster(roster_file)
     matched = {"smithalice": roster[0], "jonesbob": roster[1]}
     overrides = [gb.Override("S001", "1.2", 1, "sis user id", 2), gb.Override("12345", "1.1", 2, "canvas id", 3),
                  gb.Override("bjones", "1.1", 3, "sis login id", 4), gb.Override("Jones, Bob", "1.2", 1, "name", 5)]
@@ -346,24 +349,24 @@ def test_no_grade_is_an_empty_cell_and_feedback_says_why(tmp_path):
     ch11 = "11_sparse_attention"
     review_note = "no notebook is named as 01_kv_memory, and homework1.ipynb was not matched to a chapter: " \
                   "waiting for the instructor's review"
-    rows = [gb.Row("alice", STEM, "1.1", 4, 4, gb.PASSED), gb.Row("alice", ch11, "11.1", 50, 54, gb.FAILED, "x"),
-            gb.Row("bob", STEM, "1.1", 1, 4, gb.FAILED, "wrong"),
-            gb.Row("bob", ch11, "11.1", 0, 54, gb.MISSING, f"no notebook for {ch11} in the submission"),
-            gb.Row("carol", STEM, "1.1", 0, 4, gb.REVIEW, review_note),
-            gb.Row("carol", ch11, "11.1", 0, 54, gb.REVIEW, review_note),
-            gb.Row("carol", "", "", 0, 0, gb.REVIEW, f"homework1.ipynb {gb.UNMATCHED}: it names no chapter")]
-    roster = [gb.Student("1", "A"), gb.Student("2", "B"), gb.Student("3", "C")]
+    rows = [Row("alice", STEM, "1.1", 4, 4, PASSED), Row("alice", ch11, "11.1", 50, 54, FAILED, "x"),
+            Row("bob", STEM, "1.1", 1, 4, FAILED, "wrong"),
+            Row("bob", ch11, "11.1", 0, 54, MISSING, f"no notebook for {ch11} in the submission"),
+            Row("carol", STEM, "1.1", 0, 4, REVIEW, review_note),
+            Row("carol", ch11, "11.1", 0, 54, REVIEW, review_note),
+            Row("carol", "", "", 0, 0, REVIEW, f"homework1.ipynb {UNMATCHED}: it names no chapter")]
+    roster = [Student("1", "A"), Student("2", "B"), Student("3", "C")]
     matched = dict(zip(["alice", "bob", "carol"], roster))
-    path, _ = gb.write_canvas(tmp_path, rows, roster, matched)
+    path, _ = write_canvas(tmp_path, rows, roster, matched)
     with open(path, newline="") as f:
         table = list(csv.reader(f))
     assert table[1][5:] == ["4", "54"]
     assert {r[1]: r[5:] for r in table[2:]} == {"1": ["4", "50"], "2": ["1", ""], "3": ["", ""]}
-    with open(gb.write_wide(tmp_path, rows, roster, matched), newline="") as f:
+    with open(write_wide(tmp_path, rows, roster, matched), newline="") as f:
         wide = {r["student"]: r for r in csv.DictReader(f)}
     assert (wide["bob"]["total"], wide["bob"]["max_total"], wide["bob"]["11.1"]) == ("1", "4", "")
     assert (wide["carol"]["total"], wide["carol"]["1.1"]) == ("", "")
-    partial = gb.partial_chapters(rows)
+    partial = partial_chapters(rows)
     assert len(partial) == 2 and partial[1].startswith(f"{ch11}: graded for 1 of 3 submissions; no grade for bob, "
                                                        "carol")
     bob = gb.feedback_markdown("bob", [r for r in rows if r.student == "bob"])
@@ -382,7 +385,7 @@ def test_a_notebook_no_chapter_claimed_leaves_the_chapter_for_review_under_its_o
     sub = grade.open_submission("smithalice", alice.folder, CHAPTERS[:1], tmp_path / "scratch")
     assert [name for name, _ in sub.unmatched] == ["homework1.ipynb"]
     rows = grade.submission_rows("smithalice", sub, CHAPTERS[:1])
-    assert rows[0].message.startswith("homework1.ipynb was not matched") and rows[0].status == gb.REVIEW
+    assert rows[0].message.startswith("homework1.ipynb was not matched") and rows[0].status == REVIEW
     (task,) = grade.submission_tasks("smithalice", sub, CHAPTERS[:1])
     assert task.notebook is None and "homework1.ipynb was not matched" in task.note
     assert "instructor's review" in task.note and "000" not in task.note
@@ -392,9 +395,9 @@ def test_resume_writes_the_chapters_now_chosen(tmp_path):
     """A run graded Chapters 1 and 11; ``--chapters 1 --resume`` keeps Chapter 1's grades
     and writes no Chapter 11 column (nor its zeros)."""
     book = gb.Gradebook(tmp_path, False, chapters=[STEM, "11_sparse_attention"])
-    book.add("bob", "", [gb.Row("bob", "", "", 0, 0, gb.NOTE, "stray.ipynb was not matched")])
-    book.add("bob", STEM, [gb.Row("bob", STEM, "1.1", 4, 4, gb.PASSED)])
-    book.add("bob", "11_sparse_attention", [gb.Row("bob", "11_sparse_attention", "11.1", 0, 54, gb.MISSING)])
+    book.add("bob", "", [Row("bob", "", "", 0, 0, NOTE, "stray.ipynb was not matched")])
+    book.add("bob", STEM, [Row("bob", STEM, "1.1", 4, 4, PASSED)])
+    book.add("bob", "11_sparse_attention", [Row("bob", "11_sparse_attention", "11.1", 0, 54, MISSING)])
     book.finish()
     again = gb.Gradebook(tmp_path, True, chapters=[STEM])
     assert [(r.chapter, r.exercise) for r in again.final_rows()] == [(STEM, "1.1")]
@@ -422,39 +425,39 @@ def _course(tmp_path: Path) -> Path:
 
 
 def test_the_export_s_assignments_are_its_title_and_id_columns(tmp_path):
-    course = gb.read_canvas_assignments(_course(tmp_path))
+    course = read_canvas_assignments(_course(tmp_path))
     assert [(a.title, a.id, a.points) for a in course] == [("Week 1: KV memory", "90001", "18"),
                                                            ("Week 11: Sparse attention", "90011", "54"),
                                                            ("Quiz", "90020", "5"), ("Quiz", "90021", "5")]
     (tmp_path / "roster.csv").write_text(CANVAS_ROSTER)
-    assert gb.read_canvas_assignments(tmp_path / "roster.csv") == []  # a Canvas export of no assignment
+    assert read_canvas_assignments(tmp_path / "roster.csv") == []  # a Canvas export of no assignment
 
 
 def test_a_mapped_chapter_s_column_is_the_course_s_assignment(tmp_path):
     """Chapter 1 mapped by id on the command line, Chapter 11 by its exact title in a mapping
     file: each column is named as Canvas's export names the assignment (so the import updates
     it, found by its id), with the export's Points Possible; values are the grader's points."""
-    course = gb.read_canvas_assignments(_course(tmp_path))
+    course = read_canvas_assignments(_course(tmp_path))
     (tmp_path / "map.csv").write_text("chapter,assignment\n11_sparse_attention,Week 11: Sparse attention\n")
-    mapping = gb.read_canvas_map(["1=90001", str(tmp_path / "map.csv")])
+    mapping = read_canvas_map(["1=90001", str(tmp_path / "map.csv")])
     ch11 = "11_sparse_attention"
-    columns = gb.canvas_columns(mapping, course, [STEM, ch11], [STEM, ch11])
+    columns = canvas_columns(mapping, course, [STEM, ch11], [STEM, ch11])
     assert {s: a.id for s, a in columns.items()} == {STEM: "90001", ch11: "90011"}
-    roster = gb.read_roster(_course(tmp_path))
-    rows = [gb.Row("smithalice", STEM, "1.1", 10, 10, gb.PASSED), gb.Row("smithalice", STEM, "1.2", 5, 8, gb.FAILED),
-            gb.Row("smithalice", ch11, "11.1", 54, 54, gb.PASSED),
-            gb.Row("jonesbob", STEM, "1.1", 4, 10, gb.FAILED), gb.Row("jonesbob", STEM, "1.2", 8, 8, gb.PASSED),
-            gb.Row("jonesbob", ch11, "11.1", 0, 54, gb.MISSING)]
-    path, problems = gb.write_canvas(tmp_path, rows, roster, {"smithalice": roster[0], "jonesbob": roster[1]}, columns)
+    roster = read_roster(_course(tmp_path))
+    rows = [Row("smithalice", STEM, "1.1", 10, 10, PASSED), Row("smithalice", STEM, "1.2", 5, 8, FAILED),
+            Row("smithalice", ch11, "11.1", 54, 54, PASSED),
+            Row("jonesbob", STEM, "1.1", 4, 10, FAILED), Row("jonesbob", STEM, "1.2", 8, 8, PASSED),
+            Row("jonesbob", ch11, "11.1", 0, 54, MISSING)]
+    path, problems = write_canvas(tmp_path, rows, roster, {"smithalice": roster[0], "jonesbob": roster[1]}, columns)
     with open(path, newline="", encoding="utf-8") as f:
         table = list(csv.reader(f))
-    assert table[0] == [*gb.CANVAS_FIELDS, "Week 1: KV memory (90001)", "Week 11: Sparse attention (90011)"]
+    assert table[0] == [*CANVAS_FIELDS, "Week 1: KV memory (90001)", "Week 11: Sparse attention (90011)"]
     assert table[1] == ["Points Possible", "", "", "", "", "18", "54"]
     assert {r[1]: r[5:] for r in table[2:]} == {"12345": ["15", "54"], "23456": ["12", ""]}
     assert problems == []
     # An assignment worth other points than the chapter: written as the grader gives them, and said.
-    rows[1] = gb.Row("smithalice", STEM, "1.2", 5, 10, gb.FAILED)
-    _, problems = gb.write_canvas(tmp_path, rows, roster, {"smithalice": roster[0]}, columns)
+    rows[1] = Row("smithalice", STEM, "1.2", 5, 10, FAILED)
+    _, problems = write_canvas(tmp_path, rows, roster, {"smithalice": roster[0]}, columns)
     assert any("Week 1: KV memory (90001) is worth 18 points in Canvas, 01_kv_memory 20 here" in p for p in problems)
 
 
@@ -462,18 +465,18 @@ def test_an_unmapped_chapter_makes_a_new_column_and_is_named(tmp_path):
     """No mapping for Chapter 1: its column stays 01_kv_memory (Canvas makes a new
     assignment), and the review list says so, with the option that maps it. A chapter
     titled exactly as an assignment (what an earlier import made) is found by that title."""
-    course = gb.read_canvas_assignments(_course(tmp_path))
-    assert gb.canvas_columns([], course, [STEM], [STEM]) == {}
-    (line,) = gb.unmapped_chapters([STEM], {}, course)
+    course = read_canvas_assignments(_course(tmp_path))
+    assert canvas_columns([], course, [STEM], [STEM]) == {}
+    (line,) = unmapped_chapters([STEM], {}, course)
     assert "01_kv_memory goes to none of the course's assignments" in line and "--canvas-assignments 1=ID" in line
     assert "Week 1: KV memory (90001)" in line
-    assert gb.unmapped_chapters([STEM], {}, []) == []  # a roster that is no Canvas export: nothing to say
-    made = [*course, gb.CanvasAssignment(f"{STEM} (90099)", STEM, "90099", "20")]
-    assert gb.canvas_columns([], made, [STEM], [STEM])[STEM].id == "90099"
+    assert unmapped_chapters([STEM], {}, []) == []  # a roster that is no Canvas export: nothing to say
+    made = [*course, CanvasAssignment(f"{STEM} (90099)", STEM, "90099", "20")]
+    assert canvas_columns([], made, [STEM], [STEM])[STEM].id == "90099"
 
 
 def test_a_mapping_that_is_ambiguous_or_names_nothing_is_an_error_naming_it(tmp_path):
-    course = gb.read_canvas_assignments(_course(tmp_path))
+    course = read_canvas_assignments(_course(tmp_path))
     stems = [STEM, "11_sparse_attention"]
     cases = {"1=Quiz": "--canvas-assignments 1=Quiz: 'Quiz' is ambiguous, it names several assignments "
                        r"\(Quiz \(90020\), Quiz \(90021\)\); give the id, e.g. 1=90020",
@@ -481,14 +484,14 @@ def test_a_mapping_that_is_ambiguous_or_names_nothing_is_an_error_naming_it(tmp_
              "12=90001": "--canvas-assignments 12=90001: no chapter '12'"}
     for spec, message in cases.items():
         with pytest.raises(ValueError, match=message):
-            gb.canvas_columns(gb.read_canvas_map([spec]), course, stems, stems)
+            canvas_columns(read_canvas_map([spec]), course, stems, stems)
     with pytest.raises(ValueError, match="Week 1: KV memory \\(90001\\) is mapped to two chapters"):
-        gb.canvas_columns(gb.read_canvas_map(["1=90001", "11=90001"]), course, stems, stems)
+        canvas_columns(read_canvas_map(["1=90001", "11=90001"]), course, stems, stems)
     with pytest.raises(ValueError, match="needs --roster to be Canvas's gradebook export"):
-        gb.canvas_columns(gb.read_canvas_map(["1=90001"]), [], stems, stems)
+        canvas_columns(read_canvas_map(["1=90001"]), [], stems, stems)
     with pytest.raises(ValueError, match="neither CHAPTER=ASSIGNMENT"):
-        gb.read_canvas_map(["no-such-file.csv"])
-    twice = [*course, gb.CanvasAssignment(f"{STEM} (90098)", STEM, "90098"),
-             gb.CanvasAssignment(f"{STEM} (90099)", STEM, "90099")]
+        read_canvas_map(["no-such-file.csv"])
+    twice = [*course, CanvasAssignment(f"{STEM} (90098)", STEM, "90098"),
+             CanvasAssignment(f"{STEM} (90099)", STEM, "90099")]
     with pytest.raises(ValueError, match="several of the course's assignments are titled 01_kv_memory"):
-        gb.canvas_columns([], twice, stems, [STEM])
+        canvas_columns([], twice, stems, [STEM])

@@ -7,7 +7,7 @@ the kernel, and 7.4 can only be run inside a flash kernel. So:
 - while 7.3 is graded, the notebook's ``causal_loop_end`` and ``causal_mask`` are the
   ones below, and the student's kernel calls them;
 - while 7.4 is graded, ``flash_attention`` and ``flash_fwd_kernel`` are the ones below,
-  re-made (``grading.judge.substitute.calling``) so that this kernel calls the *student's*
+  re-made (``grading.contestant.swap.calling``) so that this kernel calls the *student's*
   helpers;
 - while 7.6 or 7.7 is graded, the ptxas reports they read come from this kernel.
 
