@@ -185,9 +185,16 @@ return hashes"""),
     Bug("offload_ties_to_more_reload", "12.8", "breaks a tie between two plans toward the one that reloads more blocks",
         old="if best is None or seconds < best:", new="if best is None or seconds <= best:"),
     Bug("offload_forgets_state", "12.8",
-        "moves only the keys and values of a reloaded block, without the recurrent state snapshot at its end",
-        old="reload_bytes = page_size * kv_bytes_per_token + state_bytes",
-        new="reload_bytes = page_size * kv_bytes_per_token"),
+        "reloads only the keys and values of the last blocks, without the recurrent state at the prefix's end",
+        old="moved = m * block_bytes + (state_bytes if m else 0)", new="moved = m * block_bytes"),
+    Bug("offload_state_per_block", "12.8",
+        "moves a recurrent state snapshot with every reloaded block, where only the state at the prefix's end "
+        "is needed, once",
+        old="moved = m * block_bytes + (state_bytes if m else 0)", new="moved = m * reload_bytes"),
+    Bug("offload_state_without_reload", "12.8",
+        "moves the recurrent state over the link even when no block is reloaded and the recomputation "
+        "already carries it to the prefix's end",
+        old="moved = m * block_bytes + (state_bytes if m else 0)", new="moved = m * block_bytes + state_bytes"),
     Bug("offload_break_even_not_strict", "12.8",
         "counts a block whose reload takes exactly as long as its recomputation as a break-even",
         old="""    if excess < 0:
@@ -204,8 +211,8 @@ return hashes"""),
         break_even = -(-excess // slope)"""),
     Bug("offload_float_times", "12.8",
         "compares the plans' times in floats, whose rounding can break an exact tie either way",
-        old="""        link = Fraction(m * reload_bytes, link_bandwidth)
+        old="""        link = Fraction(moved, link_bandwidth)
         seconds = max(link, Fraction(recomputed[host_blocks - m], peak_flops))""",
-        new="""        link = m * (reload_bytes / link_bandwidth)
+        new="""        link = m * (block_bytes / link_bandwidth) + (state_bytes if m else 0) / link_bandwidth
         seconds = max(link, recomputed[host_blocks - m] / peak_flops)"""),
 ]

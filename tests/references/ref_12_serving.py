@@ -1,6 +1,7 @@
 """Independent references for Chapter 12: a prefix cache, a scheduler and a trace
 replayed one page, one request, one step at a time in plain Python; the recurrent state
-recomputed from zero in float64. Never imported from a notebook.
+recomputed from zero in float64; every offload plan tried in exact fractions. Never
+imported from a notebook.
 
 Conventions (the chapter's): a sequence of n tokens fills ceil(n / page_size) pages;
 requests are served first come, first served, by (arrival, id).
@@ -349,7 +350,9 @@ def offload_plan(gpu_blocks, host_blocks, page_size, kv_bytes_per_token, state_b
     for name, value in (("page_size", page_size), ("link_bandwidth", link_bandwidth), ("peak_flops", peak_flops)):
         _int(name, value, 1)
     P = page_size
-    moved = P * kv_bytes_per_token + state_bytes
+    # block j as the last block of a reloaded prefix: its keys and values, and the
+    # recurrent state at its end
+    last_block = P * kv_bytes_per_token + state_bytes
 
     def work(j):
         """FLOPs to recompute block j, one position at a time."""
@@ -359,7 +362,7 @@ def offload_plan(gpu_blocks, host_blocks, page_size, kv_bytes_per_token, state_b
         return total
 
     def reload_wins(j):
-        return Fraction(moved, link_bandwidth) < Fraction(work(j), peak_flops)
+        return Fraction(last_block, link_bandwidth) < Fraction(work(j), peak_flops)
 
     # the first block where reloading wins: recompute cost never falls with j, so double
     # an upper bound, then bisect; with no attention term the cost is the same at every j
@@ -383,7 +386,11 @@ def offload_plan(gpu_blocks, host_blocks, page_size, kv_bytes_per_token, state_b
     costs = [work(j) for j in host]
     times = []
     for m in range(host_blocks + 1):
-        link = Fraction(m * moved, link_bandwidth)
+        reloaded = host[host_blocks - m:]
+        # keys and values for each reloaded block; the recurrent state once, at the end of
+        # the prefix, if anything is reloaded (recomputation carries it up to the reload)
+        moved = sum(P * kv_bytes_per_token for _ in reloaded) + (state_bytes if reloaded else 0)
+        link = Fraction(moved, link_bandwidth)
         gpu = Fraction(sum(costs[: host_blocks - m]), peak_flops)
         times.append(link if link > gpu else gpu)
     best = min(times)
