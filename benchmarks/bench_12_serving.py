@@ -30,7 +30,7 @@ import sys
 import torch
 
 from benchmarks.records import Record, median_ratio, paired_times
-from benchmarks.results import cpu_model
+from benchmarks.results import machine
 from benchmarks.solutions import load_solutions
 from grading.layout import BENCH_RESULTS, BUILD, ROOT
 
@@ -175,6 +175,14 @@ def smollm2_steps(sol, requests):
     return sol.run_trace(trace, pages, SMOL_PAGE, SMOL_BUDGET)["steps"]
 
 
+def machine_text() -> str:
+    """This machine in one line: CPU, family and model, vector width, cores and threads."""
+    m = machine(torch.get_num_threads())
+    width = "AVX-512" if "avx512f" in m["cpu_flags"] else "AVX2" if "avx2" in m["cpu_flags"] else "no AVX2"
+    return (f"{m['cpu_model']} (family {m['cpu_family']}, model {m['cpu_model_number']}, {width}), "
+            f"{m['logical_cores']} cores, {m['torch_threads']} threads, torch {m['torch']}")
+
+
 def measure_smollm2(system_lens=SMOL_SWEEP, rounds=SMOL_ROUNDS, log=print) -> dict:
     """For each shared-prompt length: tokens computed, forward passes and seconds of the
     trace without and with prefix hits (paired rounds), and whether every request's
@@ -185,8 +193,9 @@ def measure_smollm2(system_lens=SMOL_SWEEP, rounds=SMOL_ROUNDS, log=print) -> di
     sol = load_solutions("12_serving")
     hf, tok = modellab.load_model()
     model = modellab.Llama(hf)
-    out = {"date": datetime.date.today().isoformat(), "machine": f"{cpu_model()}, {torch.get_num_threads()} threads, "
-           f"torch {torch.__version__}", "model": "SmolLM2-135M-Instruct, fp32, our decode loop (modellab)",
+    out = {"date": datetime.date.today().isoformat(), "machine": machine_text(),
+           "machine_detail": machine(torch.get_num_threads()),
+           "model": "SmolLM2-135M-Instruct, fp32, our decode loop (modellab)",
            "page_size": SMOL_PAGE, "token_budget": SMOL_BUDGET, "output": SMOL_OUTPUT,
            "questions": len(SMOL_QUESTIONS), "rounds": rounds, "lengths": {}}
     for system_len in system_lens:
