@@ -40,6 +40,8 @@ def _shown_markdown_page(text: str) -> str:
     """A MyST page as the student edition shows its source: ``{only}`` applied, and the
     code cells whose input is removed left out (their outputs are the built book's check)."""
     text = book_edition.edition_source(text, "student")
+    # A literalinclude shows the code it reads, never the file it reads it from.
+    text = re.sub(r"^(```\{literalinclude\})[^\n]*$", r"\1", text, flags=re.M)
 
     def code_cell(match: re.Match) -> str:
         tags = _TAGS.search(match.group("body"))
