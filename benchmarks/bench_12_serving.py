@@ -43,13 +43,16 @@ CHUNKED = 512  # the token budget the chapter recommends
 
 
 def step_seconds(batch, kv_per_token):
-    """Chapter 1's lower bound on one step's seconds, Llama 3.1 8B in bf16 on an H100 SXM.
+    """Chapter 1's lower bound on one step's seconds: Llama 3.1 8B, bf16, H100 SXM.
 
-    batch: [(cached tokens, new tokens), ...], one pair per request in the step. The step
-    reads every weight once and each request's cache, and does 2 FLOPs per parameter per
-    new token plus 4 * head_dim per attended key, query head and layer."""
+    batch: [(cached tokens, new tokens), ...], one pair per request in the step.
+    The step reads every weight once and each request's cache, and does 2 FLOPs per
+    parameter per new token plus 4 * head_dim per attended key, query head and layer."""
     bytes_moved = WEIGHT_BYTES + sum(kv_per_token * (c + n) for c, n in batch)
-    flops = sum(2 * PARAMS * n + 4 * LAYERS * HEADS * HEAD_DIM * n * (c + (n + 1) / 2) for c, n in batch)
+    flops = sum(
+        2 * PARAMS * n + 4 * LAYERS * HEADS * HEAD_DIM * n * (c + (n + 1) / 2)
+        for c, n in batch
+    )
     return max(bytes_moved / BANDWIDTH, flops / PEAK_FLOPS)
 
 
@@ -70,11 +73,15 @@ def serve(sol, kv_per_token, num_pages, token_budget, prefix_cache):
     computed in all."""
     arrivals, questions = trace()
     doc_cached = (DOC_LEN // PAGE) * PAGE  # the document's full blocks
-    req = [{"id": i, "arrival": i, "num_tokens": DOC_LEN + questions[i], "computed": 0} for i in range(NUM_REQ)]
+    req = [
+        {"id": i, "arrival": i, "num_tokens": DOC_LEN + questions[i], "computed": 0}
+        for i in range(NUM_REQ)
+    ]
     running, waiting, free, clock, doc_ready = [], [], num_pages, 0.0, False
     seconds, token_steps, computed, arrived = [], {i: [] for i in range(NUM_REQ)}, 0, 0
     while any(len(s) < OUTPUT for s in token_steps.values()):
-        while arrived < NUM_REQ and arrivals[arrived] <= clock:  # arrivals join between steps
+        # requests that arrived during the last step join before this one
+        while arrived < NUM_REQ and arrivals[arrived] <= clock:
             waiting.append(req[arrived])
             arrived += 1
         if prefix_cache and doc_ready:  # the document's blocks are in the cache
@@ -90,7 +97,8 @@ def serve(sol, kv_per_token, num_pages, token_budget, prefix_cache):
             running.remove(req[rid])
             req[rid]["computed"] = 0
             waiting.append(req[rid])
-        seconds.append(step_seconds([(req[rid]["computed"], n) for rid, n in result["scheduled"]], kv_per_token))
+        batch = [(req[rid]["computed"], n) for rid, n in result["scheduled"]]
+        seconds.append(step_seconds(batch, kv_per_token))
         clock += seconds[-1]
         for rid, n in result["scheduled"]:
             r = req[rid]
@@ -100,7 +108,7 @@ def serve(sol, kv_per_token, num_pages, token_budget, prefix_cache):
             r["computed"] += n
             computed += n
             doc_ready = doc_ready or r["computed"] >= doc_cached
-            if r["computed"] == r["num_tokens"]:  # its last known token: it generates one
+            if r["computed"] == r["num_tokens"]:  # it generates a token
                 token_steps[rid].append(len(seconds) - 1)
                 r["num_tokens"] += 1
                 if len(token_steps[rid]) == OUTPUT:
