@@ -28,7 +28,7 @@ decoding (:meth:`Llama.generate`), and a prefix hit removes work without changin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -53,13 +53,11 @@ class Request:
 @dataclass
 class ScheduleRun:
     """What executing a schedule did: each request's greedy tokens, the tokens the model
-    computed (prefix hits excluded), the forward passes (one per non-empty step) and the
-    tokens each request found in the prefix cache."""
+    computed (prefix hits excluded) and the forward passes (one per non-empty step)."""
 
     tokens: dict[int, list[int]]
     computed: int
     passes: int
-    reused: dict[int, int] = field(default_factory=dict)
 
 
 @torch.inference_mode()
@@ -200,7 +198,7 @@ def run_schedule(model: Llama, requests: list[Request], steps, page_size: int) -
     short = [r.id for r in requests if len(out[r.id]) < r.max_output]
     if short:
         raise ValueError(f"the schedule ends before requests {short} have all their tokens")
-    return ScheduleRun(tokens=out, computed=computed, passes=passes, reused={r.id: r.cached for r in requests})
+    return ScheduleRun(tokens=out, computed=computed, passes=passes)
 
 
 def one_at_a_time(model: Llama, requests: list[Request]) -> dict[int, list[int]]:
