@@ -176,11 +176,10 @@ def smollm2_requests(tokenizer, system_len, prefix_cache):
 def smollm2_steps(sol, requests):
     """The schedule of Exercise 12.6's ``run_trace``: the first request at step 0, the
     others one a step once its prompt is computed, so that their hits exist."""
-    first = math.ceil(len(requests[0].prompt) / SMOL_BUDGET)
-    trace = [{"id": r.id, "arrival": 0 if r.id == 0 else first + r.id - 1, "prompt_len": len(r.prompt),
-              "max_output": r.max_output, "cached": r.cached} for r in requests]
+    from modellab.serving import staggered_trace
+
     pages = sum(math.ceil((len(r.prompt) + r.max_output) / SMOL_PAGE) for r in requests)  # no preemption
-    return sol.run_trace(trace, pages, SMOL_PAGE, SMOL_BUDGET)["steps"]
+    return sol.run_trace(staggered_trace(requests, SMOL_BUDGET), pages, SMOL_PAGE, SMOL_BUDGET)["steps"]
 
 
 def machine_text() -> str:

