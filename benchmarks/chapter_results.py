@@ -308,7 +308,7 @@ def serving_smollm2(path: Path = SERVING_FILE) -> dict:
     the wall-time speedup, greedy matches) and ``glue`` (the values the prose quotes)."""
     data = json.loads(path.read_text()) if path.exists() else None
     out: dict = {"data": data, "about": [], "table": [], "glue": {}}
-    keys = ("speedup_short", "speedup_long", "short", "long", "matches", "requests", "machine")
+    keys = ("speedup_short", "speedup_long", "short", "long", "matches", "requests")
     if not data:
         out["about"].append("No measurement is committed yet: run `.venv/bin/python -m "
                             f"benchmarks.bench_12_serving --write`, which writes benchmarks/results/{path.name}, "
@@ -331,5 +331,5 @@ def serving_smollm2(path: Path = SERVING_FILE) -> dict:
     short, long = data["lengths"][lengths[0]], data["lengths"][lengths[-1]]
     out["glue"] = {"speedup_short": f"{short['speedup']:.1f}", "speedup_long": f"{long['speedup']:.1f}",
                    "short": lengths[0], "long": f"{int(lengths[-1]):,}", "matches": str(matches),
-                   "requests": str(2 * data["questions"] * len(lengths)), "machine": data["machine"]}
+                   "requests": str(2 * data["questions"] * len(lengths))}
     return out
