@@ -16,6 +16,19 @@ SECTIONS = {
     '6.7': 'Hybrids and the memory budget',
 }
 
+# Lines of the solution's loops, indented as in the cell: a bug that only reorders them
+# swaps these lines.
+WRITE_THEN_READ = (
+    '        state = state + torch.einsum("bhk,bhv->bhkv", k[:, t], v[:, t])  # (B, H, d_k, d_v)',
+    '        o[:, t] = torch.einsum("bhk,bhkv->bhv", q[:, t] * scale, state)  # (B, H, d_v)',
+)
+DECAY_THEN_UPDATE = (
+    "        state = state * g[:, t, :, None, None].exp()  # decay first: alpha_t S_{t-1}",
+    '        predicted = torch.einsum("bhk,bhkv->bhv", k_t, state)  # (B, H, d_v)',
+    "        delta = b_t * (v[:, t] - predicted)  # (B, H, d_v)",
+    '        state = state + torch.einsum("bhk,bhv->bhkv", k_t, delta)  # (B, H, d_k, d_v)',
+)
+
 BUGS = [
     # 6.1 linear attention, recurrent
     Bug("einsum_sums_over_heads", "6.1", "writes v k^T summed over heads into every head's state (mixes heads)",
@@ -26,20 +39,8 @@ BUGS = [
         old="state = state + torch.einsum(\"bhk,bhv->bhkv\", k[:, t], v[:, t])",
         new="state += torch.einsum(\"bhk,bhv->bhkv\", k[:, t], v[:, t])", tests="test_linear_attention_recurrent"),
     Bug("read_before_write", "6.1", "reads o_t from S_{t-1}, so token t does not see itself",
-        code="""
-        _check_qkv(q, k, v)
-        _check_state(initial_state, q, v)
-        _check_scale(scale)
-        B, T, H, d_k = q.shape
-        d_v = v.shape[-1]
-        state = q.new_zeros(B, H, d_k, d_v) if initial_state is None else initial_state
-        scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
-        o = q.new_empty(B, T, H, d_v)
-        for t in range(T):
-            o[:, t] = torch.einsum("bhk,bhkv->bhv", q[:, t] * scale, state)
-            state = state + torch.einsum("bhk,bhv->bhkv", k[:, t], v[:, t])
-        return o, state
-        """, tests="test_linear_attention_recurrent"),
+        old="\n".join(WRITE_THEN_READ), new="\n".join(WRITE_THEN_READ[::-1]),
+        tests="test_linear_attention_recurrent"),
     # 6.2 linear attention, parallel
     Bug("mask_drops_diagonal", "6.2", "masks s < t instead of s <= t (the token's own key is left out)",
         old="torch.ones(T, T, dtype=torch.bool, device=q.device).tril()",
@@ -58,26 +59,8 @@ BUGS = [
         old="delta = b_t * (v[:, t] - predicted)", new="delta = b_t * v[:, t]", tests="test_delta_rule"),
     # 6.4 gated delta rule, recurrent
     Bug("decay_after_update", "6.4", "applies alpha_t after the delta update instead of before it",
-        code="""
-        _check_qkv(q, k, v)
-        _check_per_token("g", g, q, -math.inf, 0.0)
-        _check_per_token("beta", beta, q, 0.0, 1.0)
-        _check_state(initial_state, q, v)
-        _check_scale(scale)
-        B, T, H, d_k = q.shape
-        d_v = v.shape[-1]
-        state = q.new_zeros(B, H, d_k, d_v) if initial_state is None else initial_state
-        scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
-        q, k = l2norm(q), l2norm(k)
-        o = q.new_empty(B, T, H, d_v)
-        for t in range(T):
-            k_t, b_t = k[:, t], beta[:, t, :, None]
-            predicted = torch.einsum("bhk,bhkv->bhv", k_t, state)
-            state = state + torch.einsum("bhk,bhv->bhkv", k_t, b_t * (v[:, t] - predicted))
-            state = state * g[:, t, :, None, None].exp()
-            o[:, t] = torch.einsum("bhk,bhkv->bhv", q[:, t] * scale, state)
-        return o, state
-        """, tests="test_gated_delta_rule"),
+        old="\n".join(DECAY_THEN_UPDATE), new="\n".join(DECAY_THEN_UPDATE[1:] + DECAY_THEN_UPDATE[:1]),
+        tests="test_gated_delta_rule"),
     Bug("one_minus_beta", "6.4", "writes with (1 - beta) where the rule has beta",
         old="b_t = k[:, t], beta[:, t, :, None]", new="b_t = k[:, t], 1 - beta[:, t, :, None]",
         tests="test_gated_delta_rule"),
