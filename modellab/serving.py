@@ -57,7 +57,8 @@ class Request:
 @dataclass
 class ScheduleRun:
     """What executing a schedule did: each request's greedy tokens, the tokens the model
-    computed (prefix hits excluded) and the forward passes (one per non-empty step)."""
+    computed (recomputations included, prefix hits excluded) and the forward passes (one
+    per non-empty step)."""
 
     tokens: dict[int, list[int]]
     computed: int
