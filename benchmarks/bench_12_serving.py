@@ -178,13 +178,12 @@ def smollm2_pages(requests) -> int:
     return sum(math.ceil((len(r.prompt) + r.max_output) / SMOL_PAGE) for r in requests)
 
 
-def smollm2_plan(sol, requests, pages=None) -> dict:
-    """Exercise 12.6's ``run_trace`` over ``requests``: the first at step 0, the others one
-    a step once its prompt is computed, so that their hits exist; ``pages`` defaults to
-    :func:`smollm2_pages`. Returns its ``steps`` and ``preempted``."""
+def smollm2_plan(sol, requests, pages: int) -> dict:
+    """Exercise 12.6's ``run_trace`` over ``requests`` in ``pages`` pages: the first at step
+    0, the others one a step once its prompt is computed, so that their hits exist.
+    Returns its ``steps`` and ``preempted``."""
     from modellab.serving import staggered_trace
 
-    pages = smollm2_pages(requests) if pages is None else pages
     return sol.run_trace(staggered_trace(requests, SMOL_BUDGET), pages, SMOL_PAGE, SMOL_BUDGET)
 
 
@@ -217,7 +216,7 @@ def measure_smollm2(system_lens=SMOL_SWEEP, rounds=SMOL_ROUNDS, log=print) -> di
         alone = one_at_a_time(model, smollm2_requests(tok, system_len, False))  # hits do not change a prompt
         for cache in (False, True):
             requests = smollm2_requests(tok, system_len, cache)
-            steps = smollm2_plan(sol, requests)["steps"]  # pages for all: no preemption
+            steps = smollm2_plan(sol, requests, smollm2_pages(requests))["steps"]  # no preemption
             runs[cache] = (requests, steps)
             result = run_schedule(model, requests, steps, SMOL_PAGE)
             key = "cached" if cache else "uncached"

@@ -565,7 +565,7 @@ def test_your_schedule_drives_smollm2(nb, case):
                 f"  alone (transformers): {expected} {tokenizer.decode(expected)!r}\n"
                 f"  in your schedule:     {run.tokens[r.id]} {tokenizer.decode(run.tokens[r.id])!r}")
     once = sum(len(r.prompt) - r.cached + r.max_output - 1 for r in requests)
-    if not got["preempted"] and run.computed != once:
+    if hits and run.computed != once:  # 64 pages: a correct schedule preempts nothing
         raise GradingFailure(f"{call}: SmolLM2 computed {run.computed} tokens in its steps; every prompt token "
                              f"but the hits and every generated token but the last, once each, are {once}")
 
