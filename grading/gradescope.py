@@ -157,6 +157,57 @@ def failure_results(message: str, seconds: float = 0.0) -> dict:
             "extra_data": {"failure": message}}
 
 
+# The container's memory counters (cgroup v2, else v1): how often the kernel's out-of-memory
+# killer ended a process in it, and how often it reached its limit and had to reclaim.
+CGROUP = Path("/sys/fs/cgroup")
+SIGKILL = 9
+
+
+def memory_events(cgroup: Path | None = None) -> dict[str, int]:
+    """``{"oom_kill": n, "max": n}`` of the container's memory cgroup, counts since it
+    started; {} where neither cgroup version's files can be read."""
+    base = cgroup or CGROUP
+    try:
+        if (base / "memory.events").is_file():
+            pairs = dict(line.split() for line in (base / "memory.events").read_text().splitlines() if line.strip())
+            return {"oom_kill": int(pairs.get("oom_kill", 0)), "max": int(pairs.get("max", 0))}
+        v1 = base / "memory"
+        if (v1 / "memory.oom_control").is_file():
+            pairs = dict(line.split() for line in (v1 / "memory.oom_control").read_text().splitlines() if line.strip())
+            return {"oom_kill": int(pairs.get("oom_kill", 0)), "max": int((v1 / "memory.failcnt").read_text())}
+    except (OSError, ValueError):
+        pass
+    return {}
+
+
+def memory_failure(endings: dict, before: dict[str, int], after: dict[str, int], container: str = "") -> str:
+    """Why this run's grades are the container's memory's fault and not the student's, or
+    "". ``endings`` is :attr:`grading.classroom.grade.Grader.endings`; ``before``/``after``
+    are :func:`memory_events` around the grading. The judge runs no submission code, so
+    its own memory running out, or a SIGKILL it did not get from its time limit (the
+    kernel's out-of-memory killer; nothing else in the container sends one), is the
+    container's; so is any out-of-memory kill the cgroup counted, and a time limit reached
+    while the container was at its memory limit (it spent the time reclaiming pages)."""
+    size = f" {container}" if container else ""
+    advice = (f"Give this assignment a larger container{size} in its autograder settings (make gradescope prints "
+              "the size each chapter needs), then regrade the submissions that show this test.")
+    oom_kills = after.get("oom_kill", 0) - before.get("oom_kill", 0)
+    at_limit = after.get("max", 0) > before.get("max", 0)
+    for (_, stem), (ended, timed_out) in sorted(endings.items()):
+        if ended.status == "memory":
+            return f"grading {stem} ran out of memory in the grader itself (not in the notebook). {advice}"
+        if ended.status == "crashed" and ended.signal == SIGKILL and not timed_out:
+            return (f"grading {stem} was killed by SIGKILL, which in this container comes from the kernel's "
+                    f"out-of-memory killer: the container ran out of memory. {advice}")
+        if timed_out and at_limit:
+            return (f"grading {stem} reached its time limit while the container was at its memory limit (the "
+                    f"time went to reclaiming memory, not to the notebook). {advice}")
+    if oom_kills > 0:
+        return (f"the kernel's out-of-memory killer stopped {oom_kills} process(es) while grading: the "
+                f"container ran out of memory. {advice}")
+    return ""
+
+
 def write_results(path: Path, results: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -165,6 +216,16 @@ def write_results(path: Path, results: dict) -> None:
 
 
 # -- grading one submission ---------------------------------------------------------------------
+class ContainerOutOfMemory(RuntimeError):
+    """The container's memory, not the notebook, ended the grading (:func:`memory_failure`)."""
+
+
+def container_size(chapters) -> str:
+    """The container the chapters need, from the committed measurements, as "(at least 1 GB)";
+    "" where they were not measured."""
+    return ""
+
+
 def read_config(source: Path = ROOT) -> dict:
     path = source / CONFIG
     return json.loads(path.read_text()) if path.exists() else {}
@@ -198,8 +259,12 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
                              timeout=timeout, memory_mb=memory_mb, extra_tests=extra_tests)
         # (setup.sh made the converted model readable to the sandbox's user; importing
         # modellab here would put torch in this process, beside every child.)
+        events = memory_events()
         rows, grader = grade_submission(config, STUDENT, _entry(submission), found, hidden,
                                         on_chapter=lambda stem: print(f"grading {stem}", flush=True))
+        killed = memory_failure(grader.endings, events, memory_events(), container_size(found))
+        if killed:
+            raise ContainerOutOfMemory(killed)
         lateness = None
         if late_penalty:
             submitted, due = late.from_gradescope(root / "submission_metadata.json")
@@ -217,6 +282,9 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
         for r in rows:
             print(f"{r.chapter or '-':<28} {r.exercise or '-':<12} {num(r.points):>6} / "
                   f"{num(r.max_points):<6} {r.status}  {r.message[:100]}")
+    except ContainerOutOfMemory as exc:  # not the student's doing: said to the instructor, not blamed on them
+        print(f"grading failed: {exc}", flush=True)
+        results = failure_results(f"out of memory: {exc}", time.monotonic() - start)
     except BaseException as exc:  # noqa: BLE001 - the file must be written whatever happened
         traceback.print_exc()
         results = failure_results(f"{type(exc).__name__}: {exc}"[:1000], time.monotonic() - start)

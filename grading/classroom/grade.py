@@ -27,6 +27,7 @@ from grading.classroom.matching import (Chapter, Submission, entry_kind, match_f
 from grading.notebook.loader import MAX_CAPTURED_CHARS
 from grading.outcome import MESSAGE_CHARS, TestOutcome
 from grading.proc.judges import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, OUTPUT_CAP, ChildResult, run_child
+from grading.wire import ExitRecord
 
 MAX_NOTEBOOK_BYTES = 50 * 2**20
 # The packages of this repository the judge imports: every file in them is fingerprinted,
@@ -194,6 +195,9 @@ class Grader:
         self.baseline: dict[str, str] = {}
         self.compromised = ""
         self.peak_rss: dict[tuple[str, str], float] = {}  # (student, chapter) -> MiB, as the child reported
+        # (student, chapter) -> how its judge ended, and whether its time limit ended it: the
+        # Gradescope front door tells a memory kill, the container's fault, from the student's.
+        self.endings: dict[tuple[str, str], tuple[ExitRecord, bool]] = {}
         self.devices = itertools.cycle([d for d in args.cuda_devices.split(",") if d.strip()] or [""])
         self.device_lock = threading.Lock()
 
@@ -255,6 +259,7 @@ class Grader:
                            threads=self.args.threads, cuda_devices=device, hide=self.hide)
         if result.peak_rss_mb is not None:
             self.peak_rss[(s, stem)] = result.peak_rss_mb
+        self.endings[(s, stem)] = (result.exit, result.timed_out)
         rows = self.rows_from(s, stem, tests, result, review, notes)
         now = fingerprint(self.chapters, [p for ps in self.hidden.values() for p in ps])
         # Files that appeared since are ignored: nothing imports them.

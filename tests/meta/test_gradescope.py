@@ -446,3 +446,101 @@ def test_prepare_does_nothing_for_a_zip_without_the_model(built, tmp_path):
     root = autograder_root(built["zip"], tmp_path / "root")
     assert gradescope.prepare(root / "source") == "no model to prepare: the zip packages no modellab/"
     assert not (root / "source" / "_build").exists()
+
+
+# -- a memory kill is the container's failure, shown to the instructor, never the student's ---------
+def _kill_the_judge_as_the_oom_killer_does(monkeypatch):
+    """run_child as the batch grader calls it, but the grading judge (not the plan's
+    collection) is sent SIGKILL as soon as it starts, as the kernel's out-of-memory killer
+    does: no exit record, a process ended by signal 9."""
+    import signal
+    import threading
+
+    import psutil
+
+    from grading.classroom import grade as grade_module
+
+    real = grade_module.run_child
+
+    def run_child(spec, **kwargs):
+        if spec.get("collect_only"):
+            return real(spec, **kwargs)
+        stop = threading.Event()
+
+        def killer():
+            while not stop.is_set():
+                for p in psutil.Process().children(recursive=True):
+                    try:
+                        if "grading.judge.main" in " ".join(p.cmdline()):
+                            os.kill(p.pid, signal.SIGKILL)
+                            return
+                    except (psutil.Error, OSError):
+                        pass
+                stop.wait(0.05)
+
+        thread = threading.Thread(target=killer, daemon=True)
+        thread.start()
+        try:
+            return real(spec, **kwargs)
+        finally:
+            stop.set()
+            thread.join()
+
+    monkeypatch.setattr(grade_module, "run_child", run_child)
+
+
+def test_a_judge_killed_by_the_oom_killer_shows_the_instructor_not_a_zero_for_the_student(tmp_path, monkeypatch):
+    """The judge runs no submission code, so a SIGKILL it did not get from its time limit is
+    the container's memory: results.json holds the instructors-only failure test, which
+    says to choose a larger container, and no exercise row saying the notebook crashed."""
+    _kill_the_judge_as_the_oom_killer_does(monkeypatch)
+    root = tmp_path / "root"
+    (root / "submission").mkdir(parents=True)
+    nbformat.write(_solution(STEM), root / "submission" / f"{STEM}.ipynb")
+    results = gradescope.grade(root, chapters="1")
+    jsonschema.validate(results, SCHEMA)
+    assert json.loads((root / "results" / "results.json").read_text()) == results
+    _assert_instructor_is_shown(results, "SIGKILL")
+    (failure,) = results["tests"]
+    assert "out-of-memory killer" in failure["output"] and "larger container" in failure["output"], failure
+    assert "crashed" not in json.dumps(results) and results["score"] == 0
+
+
+def _ending(status="crashed", signal=None, returncode=None, timed_out=False):
+    from grading.wire import ExitRecord
+
+    return {("submission", STEM): (ExitRecord(status, returncode=returncode, signal=signal), timed_out)}
+
+
+@pytest.mark.parametrize("ending, before, after, cause", [
+    (_ending(signal=9, returncode=-9), {}, {}, "out-of-memory killer"),
+    (_ending("memory"), {}, {}, "ran out of memory in the grader itself"),
+    (_ending("finished"), {"oom_kill": 0, "max": 0}, {"oom_kill": 1, "max": 3}, "stopped 1 process(es)"),
+    (_ending("crashed", signal=9, returncode=-9, timed_out=True), {"max": 2}, {"max": 40}, "memory limit"),
+], ids=["judge-sigkill", "judge-own-limit", "cgroup-oom-kill", "timeout-while-reclaiming"])
+def test_memory_failures_are_the_containers(ending, before, after, cause):
+    message = gradescope.memory_failure(ending, before, after, "(at least 1 GB)")
+    assert cause in message and "larger container (at least 1 GB)" in message, message
+
+
+@pytest.mark.parametrize("ending, before, after", [
+    (_ending("finished"), {"oom_kill": 0, "max": 0}, {"oom_kill": 0, "max": 0}),
+    (_ending("crashed", signal=9, returncode=-9, timed_out=True), {"max": 0}, {"max": 0}),  # an endless loop
+    (_ending("crashed", returncode=3), {}, {}),  # the judge's own exit status: not a kill
+    (_ending("finished"), {}, {}),  # no cgroup to read
+], ids=["graded", "timeout", "exit-3", "no-cgroup"])
+def test_other_endings_are_not_memory_failures(ending, before, after):
+    assert gradescope.memory_failure(ending, before, after) == ""
+
+
+def test_memory_events_read_cgroup_v2_and_v1(tmp_path):
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 17\noom 2\noom_kill 1\noom_group_kill 0\n")
+    assert gradescope.memory_events(v2) == {"oom_kill": 1, "max": 17}
+    v1 = tmp_path / "v1" / "memory"
+    v1.mkdir(parents=True)
+    (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    (v1 / "memory.failcnt").write_text("12\n")
+    assert gradescope.memory_events(tmp_path / "v1") == {"oom_kill": 3, "max": 12}
+    assert gradescope.memory_events(tmp_path / "none") == {}
