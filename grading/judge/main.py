@@ -94,6 +94,16 @@ class Collector:
         for folder in self.hidden_dirs:
             shutil.rmtree(folder, ignore_errors=True)  # imported already; no copy is left on disk
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session):
+        """Before the first test: the seconds spent loading the model (grading.judge.preload),
+        which the parent adds to this chapter's time limit."""
+        from grading.judge.preload import seconds_spent
+
+        seconds = seconds_spent(session.config)
+        if seconds > 0:
+            self.emit({"kind": "setup", **wire.SetupRecord("model", round(seconds, 3)).to_json()})
+
     def pytest_collectreport(self, report):
         if report.failed:
             self.emit({"kind": "collect_error", "message": str(report.longrepr)[-4000:],

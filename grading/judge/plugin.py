@@ -44,6 +44,7 @@ from grading.outcome import ChapterPoints, classify, earned, summary
 from grading.compare import GradingFailure
 from grading.notebook.loader import NotebookLoadError, read_notebook
 from grading.judge import substitute  # each exercise graded alone (fixture + hook)
+from grading.judge import preload  # the model loaded before the first test's clock
 
 
 
@@ -90,6 +91,7 @@ def pytest_configure(config):
     else:
         launcher.configure(launcher.current_limits())  # a zygote head_start guessed wrong: closed
     config.pluginmanager.register(substitute, "grading-substitute")
+    config.pluginmanager.register(preload, "grading-preload")
     config.pluginmanager.register(config._grading, "grading-state")
 
 

@@ -24,12 +24,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grading.proc import sandbox
 from grading.proc.env import child_env
-from grading.wire import ExitRecord, WireError
+from grading.wire import ExitRecord, SetupRecord, WireError
 
 
 _live: set[int] = set()  # process groups of the children running now (killed on Ctrl-C)
@@ -51,6 +52,9 @@ DEFAULT_MEMORY_MB = 4096  # RLIMIT_DATA per process that runs the notebook (a co
 # largest with half a GiB to spare.
 JUDGE_OWN_MB = 1536
 SIGNAL_EXIT_BASE = 128
+# The most a judge's setup (loading the model its tests run, grading.judge.preload) may add
+# to its time limit: a conversion from the GGUF on a slow CPU, with room to spare.
+SETUP_ALLOWANCE_S = 300.0
 
 
 @dataclass
@@ -80,6 +84,19 @@ class ChildResult:
         signal_number = -code if code is not None and code < 0 else (
             code - SIGNAL_EXIT_BASE if code is not None and code > SIGNAL_EXIT_BASE and self.sandboxed else None)
         return ExitRecord("crashed", returncode=code, signal=signal_number)
+
+    @property
+    def setup_seconds(self) -> float:
+        """The seconds the judge said it spent before its first test loading a model (its
+        setup records, read strictly; a malformed one counts nothing), which its time limit
+        does not count; at most :data:`SETUP_ALLOWANCE_S`."""
+        total = 0.0
+        for line in self.of("setup"):
+            try:
+                total += SetupRecord.from_json({k: v for k, v in line.items() if k != "kind"}).seconds
+            except WireError:
+                pass
+        return min(total, SETUP_ALLOWANCE_S)
 
     @property
     def finished(self) -> bool:
@@ -198,6 +215,23 @@ def run_child(spec: dict, *, timeout: float, memory_mb: int, threads: int = 1, c
     return result
 
 
+def wait_within(proc: subprocess.Popen, result: ChildResult, timeout: float) -> int:
+    """Wait for the judge for ``timeout`` seconds, plus those it reports spending on setup
+    (a model's load is not the notebook's time: :attr:`ChildResult.setup_seconds`), then
+    kill it and all it started; its exit status."""
+    start = time.monotonic()
+    while True:
+        left = start + timeout + result.setup_seconds - time.monotonic()
+        try:
+            return proc.wait(timeout=max(left, 0.01))
+        except subprocess.TimeoutExpired:
+            if start + timeout + result.setup_seconds > time.monotonic():
+                continue  # a setup record arrived meanwhile: the limit moved
+            result.timed_out = True
+            kill_group(proc.pid)
+            return proc.wait()
+
+
 def _run(result: ChildResult, argv: list[str], work: Path, spec: dict, read_fd: int, write_fd: int,
          timeout: float, env: dict) -> None:
     # (result.sandboxed is set by the caller before this runs.)
@@ -220,12 +254,7 @@ def _run(result: ChildResult, argv: list[str], work: Path, spec: dict, read_fd: 
         proc.stdin.close()
     except OSError:
         pass  # it died before reading its spec: the exit status says how
-    try:
-        result.returncode = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        result.timed_out = True
-        kill_group(proc.pid)
-        result.returncode = proc.wait()
+    result.returncode = wait_within(proc, result, timeout)
     kill_group(proc.pid)  # whatever it left running in the background
     with _live_lock:
         _live.discard(proc.pid)

@@ -195,3 +195,28 @@ class ExitRecord:
                 and all(data[k] is None or type(data[k]) is int for k in data if k != "status")):
             raise WireError("an exit record without its fields")
         return cls(**data)
+
+
+SETUP_KINDS = ("model",)
+
+
+@dataclass
+class SetupRecord:
+    """What a judge did before its first test that its time limit does not count:
+    ``model``, loading the model the selected tests run (grading.judge.preload), which took
+    ``seconds``. The parent (grading.proc.judges) adds them to the chapter's time limit."""
+
+    what: str
+    seconds: float
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data) -> "SetupRecord":
+        """Strict: a known kind of setup and a finite, non-negative number of seconds."""
+        if not (isinstance(data, dict) and set(data) == set(cls.__dataclass_fields__)
+                and data["what"] in SETUP_KINDS and type(data["seconds"]) in (int, float)
+                and 0 <= data["seconds"] < float("inf")):
+            raise WireError("a setup record without its fields")
+        return cls(data["what"], float(data["seconds"]))

