@@ -31,7 +31,9 @@ It has no ``solutions/``, no references, no hidden tests and no catalogue of wro
 implementations; :func:`reference_leaks` proves that no function of the references'
 source appears in it, and :func:`leaks` proves that no solution body (the code between ``### BEGIN SOLUTION``
 and ``### END SOLUTION`` of any solution notebook, whitespace normalised) appears in
-any of its files, the HTML included; the build stops if one does.
+any of its files, the HTML included; the build stops if one does. It stops too when the
+README's install commands would send anything but PyTorch through PyTorch's package index
+(:func:`install_problems`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import html
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -54,6 +57,7 @@ from grading.layout import (
     BUILD, DIAGNOSIS, EXERCISES, REFERENCES, RELEASE, ROOT, SOLUTIONS, TESTS, cell_source, discover_chapters,
 )
 from grading.notebook.regions import find_regions
+from grading.pins import pins
 
 EXPECTED = BUILD / "expected"  # record(): NN_topic.npz and its stamp, NN_topic.stamp
 BOOK_OUT = BUILD / "release-book"  # jupyter-book --path-output: the HTML lands in BOOK_OUT/_build/html
@@ -65,6 +69,10 @@ PACKAGES = ("distlab", "gpucompile", "grading", "modellab")  # what the graders 
 # A body shorter than this (whitespace normalised) is a token, not an answer: `return x`
 # could be anywhere. Every solution body of the book today is longer (the test says so).
 MIN_BODY_CHARS = 12
+# PyTorch's own package index: the README sends PyTorch's CPU build, and nothing else, through it.
+# It also mirrors PyTorch's dependencies, so a command that could reach it for any other
+# package might take them from there (or, where it cannot be reached, retry for minutes).
+TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 TEXT_SUFFIXES = {".html", ".htm", ".ipynb", ".py", ".md", ".txt", ".js", ".json", ".css", ".ini", ".toml", ".yml",
                  ".yaml", ".csv", ".svg", ".xml", ".inv", ""}
 
@@ -314,6 +322,46 @@ def reference_leaks(folder: Path) -> list[str]:
     return found + [f.replace("the solution body of", "the reference function") for f in leaks(folder, bodies)]
 
 
+def readme_commands(readme: Path, heading: str) -> list[str]:
+    """The commands of every ``bash`` block (indented in a list item or not) between
+    ``heading`` of ``readme`` and the next heading of level 2 or 3, as printed: comment
+    lines and trailing comments cut, continuation lines joined. Raises ValueError when
+    ``heading`` is not in ``readme``."""
+    text = readme.read_text(encoding="utf-8")
+    if heading not in text:
+        raise ValueError(f"{readme.name} has no heading {heading!r}")
+    section = text[text.index(heading) + len(heading):]
+    following = re.search(r"^#{2,3} ", section, re.M)
+    section = section[:following.start()] if following else section
+    commands = []
+    for block in re.finditer(r"^( *)```bash\n(.*?)^\1```", section, re.S | re.M):
+        lines = (re.sub(r"(^|\s+)#.*$", "", line).strip() for line in block.group(2).replace("\\\n", " ").splitlines())
+        commands += [line for line in lines if line]
+    return commands
+
+
+def install_problems(folder: Path) -> list[str]:
+    """What in the README's "Set up once" commands would send anything but PyTorch
+    through PyTorch's index: an ``--extra-index-url`` (pip asks every index it has for
+    every package), or a command naming :data:`TORCH_INDEX` that installs more than
+    ``torch`` at ``requirements-grader.txt``'s pin, or without ``--no-deps`` (which keeps
+    PyTorch's dependencies for PyPI), or with it as an extra index."""
+    commands = readme_commands(folder / "README.md", "## Set up once")
+    torch = f"torch=={pins((folder / 'requirements-grader.txt').read_text()).get('torch')}"
+    problems = [f"`{c}` adds an index beside PyPI: pip asks both for every package" for c in commands
+                if "--extra-index-url" in c]
+    for command in (c for c in commands if TORCH_INDEX in c):
+        words = shlex.split(command)
+        wanted = [w for w in words[words.index("install") + 1:] if not w.startswith("-") and w != TORCH_INDEX]
+        if ("--no-deps" not in words or f"--index-url {TORCH_INDEX}" not in command
+                or [w.lower() for w in wanted] != [torch]):
+            problems.append(f"`{command}` must be `pip install --no-deps --index-url {TORCH_INDEX} {torch}`: "
+                            "PyTorch alone from its index")
+    if not any(TORCH_INDEX in c for c in commands):
+        problems.append(f"no command of the README's \"Set up once\" installs PyTorch's CPU build ({torch})")
+    return problems
+
+
 def write_zip(folder: Path) -> Path:
     path = folder.with_suffix(".zip")
     tmp = path.with_name(path.name + ".tmp")
@@ -327,10 +375,12 @@ def write_zip(folder: Path) -> Path:
 
 def check(folder: Path) -> list[str]:
     """What must not be in a release (solutions, the catalogue, hidden tests, solution
-    bodies, reference code), and a ``pyproject.toml`` its own install would stop at."""
+    bodies, reference code), a ``pyproject.toml`` its own install would stop at, and
+    install commands that would send more than PyTorch through PyTorch's index."""
     problems = [f"{name}/ is in the release" for name in ("solutions", "tests/catalogue", "hidden_tests")
                 if (folder / name).exists()]
-    return problems + pyproject_problems(folder) + leaks(folder) + reference_leaks(folder)
+    return (problems + pyproject_problems(folder) + install_problems(folder) + leaks(folder)
+            + reference_leaks(folder))
 
 
 def main(argv: list[str] | None = None) -> int:

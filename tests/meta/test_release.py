@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,70 @@ def test_release_toc_has_no_solution_page_and_keeps_the_rest():
     files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
     assert not [f for f in files if f.startswith("solutions/")]
     assert "book/references" in files and "chapters/05_flash_attention" in files and "exercises/01_kv_memory" in files
+
+
+# The README's worked example of points: one row per test of the exercise, then its total.
+POINTS_ROW = re.compile(r"^\| `(test_\w+)` \| (core|other) \| (\d+) \| (\d+) of (\d+) \| ([\d.]+) \|$", re.M)
+POINTS_TOTAL = re.compile(r"^\| \*\*Exercise (\d+)\.(\d+)\*\* \| \| \*\*(\d+)\*\* \| \| \*\*([\d.]+)\*\* \|$", re.M)
+
+
+def _collected(chapter) -> list[dict]:
+    """The chapter's tests as the batch grader plans them (one collect-only grading child)."""
+    from grading.proc.judges import run_child
+
+    result = run_child({"test_files": [str(chapter.test_file)], "hidden_files": [], "collect_only": True},
+                       timeout=300, memory_mb=0, threads=1)
+    assert result.of("plan") and not result.of("collect_error"), result.output[-3000:]
+    return result.of("plan")[0]["tests"]
+
+
+def test_the_readme_points_example_is_what_the_grader_gives():
+    """The student README's worked example of points is the scorer's: the exercise's tests,
+    their kinds (core or not), points and numbers of cases are its graders' own, and the
+    points each earns, the exercise's total and the one decimal a run prints are what
+    grading.outcome.earned and the gradebook's rows give when that many cases pass."""
+    from grading.classroom.rows import graded_rows, group_plan
+    from grading.outcome import Status, TestOutcome, earned
+
+    text = release.STUDENT_README.read_text(encoding="utf-8")
+    rows, total = POINTS_ROW.findall(text), POINTS_TOTAL.search(text)
+    assert rows and total, "the README's Points section has no worked example in the form this test reads"
+    major, minor, possible, total_earned = total.groups()
+    chapter = next(c for c in discover_chapters() if c.stem.startswith(f"{int(major):02d}_"))
+    tests = _collected(chapter)
+    functions = {name: fn for (_, name), fn in group_plan(tests)[f"{major}.{minor}"].items()}
+    assert sorted(functions) == sorted(row[0] for row in rows), "the example lists other tests than the exercise's"
+    outcomes = {}
+    for name, kind, points, passed, cases, got in rows:
+        fn = functions[name]
+        assert (fn["core"], fn["points"], len(fn["nodeids"])) == (kind == "core", int(points), int(cases)), name
+        assert round(earned(fn["points"], int(passed), int(cases), fn["core"]), 3) == float(got), name
+        for n, nodeid in enumerate(fn["nodeids"]):
+            outcomes[nodeid] = (TestOutcome(nodeid, "passed") if n < int(passed)
+                                else TestOutcome(nodeid, "failed", status=Status.FAILED.value))
+    [row] = [r for r in graded_rows("student", chapter.stem, tests, outcomes) if r.exercise == f"{major}.{minor}"]
+    assert (round(row.points, 3), row.max_points) == (float(total_earned), int(possible)), \
+        f"the example's total is {total_earned} of {possible}, the gradebook's {row.points:.3f} of {row.max_points}"
+    assert f"`{row.points:.1f} / {possible}`" in text, "the README's rounded total is not the one a run prints"
+
+
+def test_the_readme_sends_only_torch_through_the_torch_index(tmp_path):
+    """The student README as written passes the release's check of its install commands,
+    and the check can fail: an ``--extra-index-url`` line, a torch command that also takes
+    PyTorch's dependencies from its index, and a pin that is not requirements-grader.txt's."""
+    shutil.copyfile(ROOT / "requirements-grader.txt", tmp_path / "requirements-grader.txt")
+    readme = release.STUDENT_README.read_text(encoding="utf-8")
+    (tmp_path / "README.md").write_text(readme)
+    assert release.install_problems(tmp_path) == []
+    commands = release.readme_commands(tmp_path / "README.md", "## Set up once")
+    assert commands[0] == "python3 -m venv .venv" and len(commands) == 5, commands
+    torch_line = next(c for c in commands if release.TORCH_INDEX in c)
+    pin = f"torch=={release.pins((ROOT / 'requirements-grader.txt').read_text())['torch']}"
+    for wrong in (torch_line.replace("--no-deps --index-url", "--extra-index-url"),
+                  torch_line.replace("--no-deps ", ""), torch_line.replace(pin, "torch==2.0.0"),
+                  torch_line.replace(pin, f"{pin} numpy")):
+        (tmp_path / "README.md").write_text(readme.replace(torch_line, wrong))
+        assert release.install_problems(tmp_path), wrong
 
 
 @needs_release
