@@ -220,10 +220,12 @@ class ContainerOutOfMemory(RuntimeError):
     """The container's memory, not the notebook, ended the grading (:func:`memory_failure`)."""
 
 
-def container_size(chapters) -> str:
-    """The container the chapters need, from the committed measurements, as "(at least 1 GB)";
-    "" where they were not measured."""
-    return ""
+def container_size(source: Path = ROOT) -> str:
+    """The container this zip's chapters need (``container_mib`` in its gradescope.json,
+    written by :func:`build` from the measurements), as "(at least 1,280 MiB)"; "" where
+    they were not measured."""
+    mib = read_config(source).get("container_mib")
+    return f"(at least {mib:,} MiB)" if isinstance(mib, int) else ""
 
 
 def read_config(source: Path = ROOT) -> dict:
@@ -262,7 +264,7 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
         events = memory_events()
         rows, grader = grade_submission(config, STUDENT, _entry(submission), found, hidden,
                                         on_chapter=lambda stem: print(f"grading {stem}", flush=True))
-        killed = memory_failure(grader.endings, events, memory_events(), container_size(found))
+        killed = memory_failure(grader.endings, events, memory_events(), container_size())
         if killed:
             raise ContainerOutOfMemory(killed)
         lateness = None
@@ -325,6 +327,38 @@ def prepare(source: Path = ROOT) -> str:
     return f"SmolLM2 converted: {target.stat().st_size / 2**20:.0f} MiB in {target.parent.relative_to(source)}"
 
 
+# -- the container each chapter needs ----------------------------------------------------------
+PEAKS = ROOT / "benchmarks" / "results" / "gradescope_peak_pss.json"  # benchmarks/bench_gradescope.py --write
+DEFAULT_CONTAINER_MIB = 732  # Gradescope's default container: 768 MB
+CONTAINER_STEP_MIB = 256  # a larger container is chosen in steps of a quarter GiB
+
+
+def needed_mib(peak_mib: float) -> int:
+    """The container a measured peak needs: the default where it fits, else the peak rounded
+    up to the next :data:`CONTAINER_STEP_MIB`."""
+    if peak_mib <= DEFAULT_CONTAINER_MIB:
+        return DEFAULT_CONTAINER_MIB
+    return -(-int(peak_mib) // CONTAINER_STEP_MIB) * CONTAINER_STEP_MIB
+
+
+def container_advice(stems: list[str], peaks_file: Path = PEAKS) -> tuple[int | None, list[str]]:
+    """For the chapters of a zip: the container it needs in MiB (None where a chapter was
+    not measured) and one line per chapter saying its measured peak and what it needs."""
+    measured = json.loads(peaks_file.read_text()) if peaks_file.is_file() else {"chapters": {}}
+    where = f" ({measured['date']}, {measured['machine']['cpu_model']})" if measured["chapters"] else ""
+    lines, needs = [], []
+    for stem in stems:
+        peak = measured["chapters"].get(stem, {}).get("peak_pss_mib")
+        if peak is None:
+            lines.append(f"  {stem}: not measured (python -m benchmarks.bench_gradescope --write)")
+            needs.append(None)
+            continue
+        needs.append(needed_mib(peak))
+        fits = "fits the default 768 MB" if needs[-1] == DEFAULT_CONTAINER_MIB else f"needs {needs[-1]:,} MiB"
+        lines.append(f"  {stem}: peak {peak:,.0f} MiB{where}: {fits}")
+    return (None if None in needs or not needs else max(needs)), lines
+
+
 # -- building the zip ---------------------------------------------------------------------------
 def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None = None,
           timeout: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB, late_penalty: str = "") -> Path:
@@ -370,8 +404,9 @@ def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None =
     (tree / GRADER_PINS).write_text(grader_requirements(packages))
     for script in ("setup.sh", "run_autograder"):
         (tree / script).chmod(0o755)
+    container_mib, _ = container_advice([c.stem for c in found])
     config = {"chapters": ",".join(c.stem for c in found), "timeout": timeout, "memory_mb": memory_mb,
-              "packages": packages, "late_penalty": late_penalty}
+              "packages": packages, "late_penalty": late_penalty, "container_mib": container_mib}
     (tree / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     zip_path = out / "autograder.zip"
     tmp = zip_path.with_name(zip_path.name + ".tmp")
@@ -384,6 +419,19 @@ def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None =
                 zf.writestr(info, path.read_bytes())
     os.replace(tmp, zip_path)
     return zip_path
+
+
+def container_text(config: dict) -> str:
+    """What make gradescope tells the instructor about the container to choose."""
+    mib, lines = container_advice(config["chapters"].split(","))
+    if mib is None:
+        head = "Container: not every chapter of this zip was measured; give it 2 GB where you can."
+    elif mib == DEFAULT_CONTAINER_MIB:
+        head = "Container: Gradescope's default (768 MB) fits every chapter of this zip."
+    else:
+        head = (f"Container: choose at least {mib:,} MiB ({mib * 2**20 / 1e9:.1f} GB) in the autograder's "
+                "settings; the default 768 MB is too small for this zip.")
+    return "\n".join([head, "Peak memory of grading each solved chapter (the whole process tree's PSS):", *lines])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -407,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         zip_path = build(options.out, options.chapters, options.extra_tests, options.timeout, options.memory_mb,
                          options.late_penalty)
         print(f"wrote {zip_path} ({zip_path.stat().st_size / 2**10:.0f} KiB)")
+        print(container_text(read_config(options.out / "autograder")))
         return 0
     if options.command == "prepare":
         print(f"setup.sh: {prepare()}", flush=True)

@@ -605,3 +605,35 @@ def test_a_setup_allowance_is_capped():
 
     lines = [{"kind": "setup", "what": "model", "seconds": 1e9}]
     assert ChildResult(lines=lines).setup_seconds == SETUP_ALLOWANCE_S
+
+
+# -- the container to choose: make gradescope reads the committed measurement -------------------------
+def _peaks_file(tmp_path, peaks: dict) -> Path:
+    path = tmp_path / "peaks.json"
+    path.write_text(json.dumps({"date": "2026-12-05", "machine": {"cpu_model": "Some CPU"},
+                                "chapters": {s: {"peak_pss_mib": mib} for s, mib in peaks.items()}}))
+    return path
+
+
+def test_the_container_a_zip_needs_is_its_largest_chapters():
+    assert gradescope.needed_mib(700.0) == 732 and gradescope.needed_mib(732.0) == 732
+    assert gradescope.needed_mib(733.0) == 768 and gradescope.needed_mib(1093.4) == 1280
+
+
+def test_make_gradescope_names_each_chapter_and_the_size_to_choose(tmp_path):
+    peaks = _peaks_file(tmp_path, {STEM: 520.0, STEM12: 1093.4})
+    mib, lines = gradescope.container_advice([STEM, STEM12], peaks)
+    assert mib == 1280
+    assert lines == [f"  {STEM}: peak 520 MiB (2026-12-05, Some CPU): fits the default 768 MB",
+                     f"  {STEM12}: peak 1,093 MiB (2026-12-05, Some CPU): needs 1,280 MiB"]
+    assert gradescope.container_advice([STEM], peaks)[0] == 732
+    assert gradescope.container_advice([STEM, STEM3], peaks)[0] is None  # Chapter 3 not measured
+
+
+def test_the_zip_and_make_gradescope_say_the_container_of_the_committed_measurement(built):
+    config = json.loads(zipfile.ZipFile(built["zip"]).read(gradescope.CONFIG))
+    expected, lines = gradescope.container_advice(config["chapters"].split(","))
+    assert config["container_mib"] == expected
+    text = gradescope.container_text(config)
+    assert text.startswith("Container: ") and all(line in text for line in lines)
+    assert str(gradescope.ROOT) not in text

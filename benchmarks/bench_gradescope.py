@@ -1,0 +1,175 @@
+"""``make bench`` records of the memory each chapter needs in Gradescope's container.
+
+- ``gradescope.peak_pss_mib.<NN_topic>``, one record per chapter: the peak proportional
+  set size (PSS: a page shared by n processes counts 1/n, so a fork's pages are not counted
+  twice) of the whole process tree while ``run_autograder`` grades that chapter's solved
+  notebook: the front door, the judge, the sandbox, the zygote, the contestants and their
+  children. The tree is sampled from outside every :data:`SAMPLE_S` seconds, each process's
+  ``Pss`` read from ``/proc/<pid>/smaps_rollup``. The run is Gradescope's, as
+  ``tests/meta/test_gradescope.py`` stands it in: an ``autograder.zip`` of every chapter,
+  unpacked into a temporary ``/autograder``, the model converted beforehand as ``setup.sh``
+  does, and ``run_autograder`` with the Python ``setup.sh`` makes (the zip's pins, not this
+  checkout: ``tests/meta/isolated_python.py``). Goal: within Gradescope's default container
+  of 768 MB (732 MiB).
+
+``make gradescope`` tells the instructor the container each chapter of the zip needs from
+the committed measurement, ``benchmarks/results/gradescope_peak_pss.json``
+(:data:`RESULTS`, with the date and the machine). Refresh it with
+
+    .venv/bin/python -m benchmarks.bench_gradescope --write
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from benchmarks.records import Record
+from grading.layout import BENCH_RESULTS, BUILD, ROOT
+
+RESULTS = BENCH_RESULTS / "gradescope_peak_pss.json"  # what make gradescope reads
+BUILD_RESULTS = BUILD / "bench" / "gradescope_peak_pss.json"  # what make bench writes
+SAMPLE_S = 0.05  # how often the process tree's memory is read
+GOAL_MIB = 732  # Gradescope's default container: 768 MB
+TIMEOUT_S = 1200.0
+
+
+def pss_kib(pid: int) -> int:
+    """One process's PSS in KiB, from ``/proc/<pid>/smaps_rollup``; 0 for a process that
+    is gone or cannot be read."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it, from ``/proc/<pid>/task/*/children``."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{current}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+            except (OSError, ValueError):
+                pass
+    return found
+
+
+def tree_peaks(command: list[str], cwd: Path, env: dict) -> tuple[dict[str, float], str, int]:
+    """Run ``command`` (the front door prints ``grading <stem>`` as each chapter starts) and
+    sample its process tree's PSS: {stem: peak MiB while that chapter was graded}, the log,
+    the exit status."""
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    current: dict[str, str | None] = {"stem": None}
+    log: list[str] = []
+
+    def follow():
+        for line in proc.stdout:
+            log.append(line)
+            if line.startswith("grading "):
+                current["stem"] = line.split()[1]
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    peaks: dict[str, float] = {}
+    while proc.poll() is None:
+        total = sum(pss_kib(p) for p in descendants(proc.pid)) / 1024
+        stem = current["stem"]
+        if stem:
+            peaks[stem] = max(peaks.get(stem, 0.0), total)
+        time.sleep(SAMPLE_S)
+    reader.join(timeout=10)
+    return peaks, "".join(log), proc.returncode
+
+
+def _link_model(source: Path) -> None:
+    """What ``setup.sh``'s ``python -m grading.gradescope prepare`` leaves in the image:
+    the converted model in the zip's ``_build/modellab``, hard-linked from this checkout's
+    (the same bytes; converting again would only cost time)."""
+    from modellab.load import cache_dir, prepare_cache
+
+    prepare_cache()
+    target = source / "_build" / "modellab" / cache_dir().name
+    target.mkdir(parents=True)
+    for path in cache_dir().iterdir():
+        os.link(path, target / path.name)
+
+
+def measure(base: Path) -> dict:
+    """Every chapter's solved notebook graded by run_autograder, as Gradescope runs it."""
+    from benchmarks.results import machine
+    from grading import gradescope
+    from grading.layout import discover_chapters
+    from tests.meta.isolated_python import clean_env, make_isolated_python
+    from tests.meta.test_gradescope import autograder_root
+
+    # A chapter's time limit well above the default: a busy machine must not end a chapter
+    # before its peak (what is measured is memory, not time).
+    zip_path = gradescope.build(base / "build", timeout=TIMEOUT_S)
+    root = autograder_root(zip_path, base / "root")
+    source = root / "source"
+    stems = [c.stem for c in discover_chapters()]
+    for stem in stems:
+        shutil.copyfile(ROOT / "solutions" / f"{stem}.ipynb", root / "submission" / f"{stem}.ipynb")
+    _link_model(source)
+    pins = (source / gradescope.GRADER_PINS).read_text() + (source / gradescope.MODEL_PINS).read_text()
+    python = make_isolated_python(base / "venv", pins)
+    env = clean_env(AUTOGRADER_PYTHON=str(python))
+    peaks, log, code = tree_peaks(["bash", str(root / "run_autograder")], root, env)
+    results = json.loads((root / "results" / "results.json").read_text())
+    if code != 0 or "failure" in results.get("extra_data", {}) or set(peaks) != set(stems):
+        raise RuntimeError(f"run_autograder failed: {results.get('output', '')[:300]} {log[-500:]}")
+    chapters = {}
+    for stem in stems:
+        tests = [t for t in results["tests"] if t["name"].endswith(f"({stem})")]
+        chapters[stem] = {"peak_pss_mib": round(peaks[stem], 1), "score": sum(t["score"] for t in tests),
+                          "max_score": sum(t["max_score"] for t in tests)}
+    return {"date": datetime.date.today().isoformat(), "machine": machine(1), "sample_s": SAMPLE_S,
+            "load_average": round(os.getloadavg()[0], 1), "chapters": chapters}
+
+
+def records(measured: dict) -> list[Record]:
+    where = f"{measured['machine']['cpu_model']}, {measured['machine']['logical_cores']} cores, {measured['date']}"
+    return [Record(f"gradescope.peak_pss_mib.{stem}", c["peak_pss_mib"], "MiB", f"<= {GOAL_MIB}",
+                   note=f"run_autograder on solutions/{stem}.ipynb: score {c['score']:g} of {c['max_score']:g}; "
+                        f"process tree's PSS every {measured['sample_s']:g} s; {where}")
+            for stem, c in measured["chapters"].items()]
+
+
+def run() -> list[Record]:
+    with tempfile.TemporaryDirectory(prefix="bench-gradescope-") as tmp:
+        measured = measure(Path(tmp))
+    BUILD_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    BUILD_RESULTS.write_text(json.dumps(measured, indent=1) + "\n")
+    return records(measured)
+
+
+if __name__ == "__main__":
+    # --write: stored in benchmarks/results/, the file make gradescope reads.
+    target = RESULTS if "--write" in sys.argv else BUILD_RESULTS
+    with tempfile.TemporaryDirectory(prefix="bench-gradescope-") as tmp:
+        measured = measure(Path(tmp))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(measured, indent=1) + "\n")
+    for r in records(measured):
+        print(f"{r.name}: {r.value:.0f} MiB ({'pass' if r.passed else 'MISS'})")
+    print(f"wrote {target.relative_to(ROOT)}")
