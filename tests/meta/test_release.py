@@ -85,7 +85,8 @@ def test_the_readme_points_example_is_what_the_grader_gives():
     """The student README's worked example of points is the scorer's: the exercise's tests,
     their kinds (core or not), points and numbers of cases are its graders' own, and the
     points each earns, the exercise's total and the one decimal a run prints are what
-    grading.outcome.earned and the gradebook's rows give when that many cases pass."""
+    grading.outcome.earned and the gradebook's rows give when that many cases pass. The
+    book's page on grading tells the same example."""
     from grading.classroom.rows import graded_rows, group_plan
     from grading.outcome import Status, TestOutcome, earned
 
@@ -109,6 +110,10 @@ def test_the_readme_points_example_is_what_the_grader_gives():
     assert (round(row.points, 3), row.max_points) == (float(total_earned), int(possible)), \
         f"the example's total is {total_earned} of {possible}, the gradebook's {row.points:.3f} of {row.max_points}"
     assert f"`{row.points:.1f} / {possible}`" in text, "the README's rounded total is not the one a run prints"
+    book = " ".join((ROOT / "book" / "exercises_and_grading.md").read_text(encoding="utf-8").split())
+    assert (f"Exercise {major}.{minor} is worth {possible} points" in book
+            and f"= {total_earned} points, printed as `{row.points:.1f}`" in book), \
+        "book/exercises_and_grading.md's example of points is not the README's"
 
 
 def test_the_readme_sends_only_torch_through_the_torch_index(tmp_path):
