@@ -1,4 +1,5 @@
-"""The gradebook exported: one row per student (``grades_wide.csv``), the roster, and Canvas's CSV."""
+"""The gradebook exported: one row per student (``gradebook_wide.csv``), the roster, and the files for
+Canvas's gradebook import."""
 
 from __future__ import annotations
 
@@ -155,7 +156,12 @@ def write_wide(out: Path, rows: list[Row], roster: list[Student] = (), matched: 
 
 
 CANVAS_FIELDS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+# A row whose first cell holds this is the Points Possible row (Canvas's importer,
+# app/models/gradebook_importer.rb, check_for_non_student_row: row[0].include?("Points Possible")).
 CANVAS_POINTS_ROW = "Points Possible"
+# As Canvas's own export writes it (lib/gradebook_exporter.rb): four spaces first, which sort it
+# above every student in a spreadsheet.
+CANVAS_POINTS_CELL = "    Points Possible"
 
 
 # -- Canvas's assignments: which column of the course a chapter's grades update ----------------
@@ -305,60 +311,112 @@ def _number(text: str) -> float | None:
 
 
 def write_canvas(out: Path, rows: list[Row], roster: list[Student] = (), matched: dict[str, Student] | None = None,
-                 columns: dict[str, CanvasAssignment] | None = None) -> tuple[Path, list[str]]:
-    """``gradebook_canvas.csv`` in the layout of Canvas's gradebook import (the layout
-    Canvas's own export has): ``Student, ID, SIS User ID, SIS Login ID, Section``, then
-    one column per chapter graded (its points, the sum of its exercises'), and under the
-    header a ``Points Possible`` row with each chapter's maximum. Canvas identifies a
-    student by ``ID`` (its user id), ``SIS User ID`` or ``SIS Login ID``: those come from
-    the roster (``--roster``: Canvas's own export works as it is). A submission that no
-    roster entry matched has no id Canvas could use: it is left out and named in the
-    returned problems (for needs_review.md). A chapter the student has no grade for
-    (nothing handed in, or a notebook waiting for review: :data:`NO_GRADE`) is an empty
-    cell, never a 0 the grader did not give. ``columns`` (:func:`canvas_columns`): a
+                 columns: dict[str, CanvasAssignment] | None = None) -> tuple[list[Path], list[str]]:
+    """The grades as files for Canvas's gradebook import, in the layout Canvas's own export
+    has: ``Student, ID, SIS User ID, SIS Login ID, Section``, one column per chapter (its
+    points, the sum of its exercises'), and under the header a ``Points Possible`` row with
+    each chapter's maximum. Canvas finds a student by ``ID``, ``SIS User ID`` or ``SIS Login
+    ID``, from the roster (Canvas's export works as it is); a submission no roster entry
+    matched, or one of several matched to one entry, is left out and named in the problems.
+
+    Canvas's import posts every cell that differs from the grade Canvas has, an empty cell
+    included, which clears it (``gradebook_importer.rb``, ``no_change_to_value?``), and
+    leaves a student the file does not name alone. So a file holds only students with a
+    grade in every one of its columns: ``gradebook_canvas.csv`` when every chapter was graded
+    for the same students, else one ``gradebook_canvas_<chapter>.csv`` per chapter. A grade
+    the grader did not give (nothing handed in, a notebook waiting for review) is no cell at
+    all, so a grade typed in SpeedGrader stays. ``columns`` (:func:`canvas_columns`): a
     chapter's column is named as the course's assignment it updates (``Week 1: KV memory
-    (90001)``, as Canvas's export names it; its Points Possible cell the export's), else by
-    the chapter (``01_kv_memory``: a new assignment). Returns the path and the problems."""
+    (90001)``; its Points Possible the export's), else by the chapter (a new assignment).
+    Files of an earlier run that this one does not write are deleted. Returns the files
+    written and the problems (for needs_review.md)."""
     matched, columns = matched or {}, columns or {}
     known = graded_chapters(rows)
     graded = [r for r in rows if r.exercise]
     chapters = sorted({r.chapter for r in graded})
     possible = {c: max((sum(r.max_points for r in graded if r.chapter == c and r.student == s)
                         for s in {r.student for r in graded}), default=0) for c in chapters}
-    path = out / "gradebook_canvas.csv"
+    problems = _points_problems(chapters, possible, columns)
+    ids, left_out = _canvas_students(sorted({r.student for r in rows}), matched)
+    problems += left_out
+    files, split = _canvas_files(chapters, {c: [s for s in ids if (s, c) in known] for c in chapters})
+    problems += split
+    paths = []
+    for name, mine in files:
+        students = [s for s in ids if (s, mine[0]) in known]
+        header = [columns[c].header if c in columns else c for c in mine]
+        most = [columns[c].points if columns.get(c) and columns[c].points else num(possible[c]) for c in mine]
+        table = [[*CANVAS_FIELDS, *header], [CANVAS_POINTS_CELL, "", "", "", "", *most]]
+        for s in students:
+            who = ids[s]
+            table.append([who.name or s, who.id, who.sis_user_id, who.sis_login_id, who.section,
+                          *[num(sum(r.points for r in graded if r.student == s and r.chapter == c)) for c in mine]])
+        paths.append(_write_table(out / name, table))
+    for stale in out.glob("gradebook_canvas*.csv"):
+        if stale not in paths:
+            stale.unlink()
+    return paths, problems
+
+
+def _write_table(path: Path, table: list[list]) -> Path:
     tmp = path.with_name(path.name + ".tmp")
-    problems = []
     with open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(csv_row([*CANVAS_FIELDS, *[columns[c].header if c in columns else c for c in chapters]]))
-        w.writerow(csv_row([CANVAS_POINTS_ROW, "", "", "", "",
-                            *[columns[c].points if columns.get(c) and columns[c].points else num(possible[c])
-                              for c in chapters]]))
-        for c in chapters:
-            theirs = _number(columns[c].points) if c in columns else None
-            if theirs is not None and abs(theirs - possible[c]) > 1e-9:
-                problems.append(f"gradebook_canvas.csv: {columns[c].header} is worth {columns[c].points} points in "
-                                f"Canvas, {c} {num(possible[c])} here; the import writes the grader's points, so "
-                                f"full marks show as {num(possible[c])} / {columns[c].points}: set the "
-                                f"assignment's points to {num(possible[c])} in Canvas, or rescale")
-        students = sorted({r.student for r in rows})
-        claims: dict[str, list[str]] = {}
-        for s in students:
-            if s in matched:
-                claims.setdefault(matched[s].id, []).append(s)
-        for s in students:
-            who = matched.get(s)
-            if who is None:
-                problems.append(f"gradebook_canvas.csv: {s} is left out (no roster entry, so no Canvas id)")
-                continue
-            if len(claims[who.id]) > 1:  # Canvas would keep one of the rows; which is not ours to guess
-                if s == claims[who.id][0]:
-                    problems.append(f"gradebook_canvas.csv: Canvas id {who.id} is left out: several submissions "
-                                    f"({', '.join(claims[who.id])}) are that student; grade it by hand")
-                continue
-            mine = [r for r in graded if r.student == s]
-            w.writerow(csv_row([who.name or s, who.id, who.sis_user_id, who.sis_login_id, who.section,
-                                *[num(sum(r.points for r in mine if r.chapter == c)) if (s, c) in known else ""
-                                  for c in chapters]]))
+        for row in table:
+            w.writerow(csv_row(row))
     os.replace(tmp, path)
-    return path, problems
+    return path
+
+
+def _points_problems(chapters: list[str], possible: dict[str, float], columns: dict[str, CanvasAssignment]
+                     ) -> list[str]:
+    """A line for each chapter whose assignment is worth other points in Canvas."""
+    problems = []
+    for c in chapters:
+        theirs = _number(columns[c].points) if c in columns else None
+        if theirs is not None and abs(theirs - possible[c]) > 1e-9:
+            problems.append(f"gradebook_canvas.csv: {columns[c].header} is worth {columns[c].points} points in "
+                            f"Canvas, {c} {num(possible[c])} here; the import writes the grader's points, so "
+                            f"full marks show as {num(possible[c])} / {columns[c].points}: set the "
+                            f"assignment's points to {num(possible[c])} in Canvas, or rescale")
+    return problems
+
+
+def _canvas_students(students: list[str], matched: dict[str, Student]) -> tuple[dict[str, Student], list[str]]:
+    """{submission: roster entry} for the submissions Canvas can tell apart, and a line for
+    each one left out: no roster entry (no Canvas id), or an entry several submissions share
+    (Canvas would keep one of the rows; which is not ours to guess)."""
+    claims: dict[str, list[str]] = {}
+    for s in students:
+        if s in matched:
+            claims.setdefault(matched[s].id, []).append(s)
+    ids, problems = {}, []
+    for s in students:
+        who = matched.get(s)
+        if who is None:
+            problems.append(f"gradebook_canvas.csv: {s} is left out (no roster entry, so no Canvas id)")
+        elif len(claims[who.id]) > 1:
+            if s == claims[who.id][0]:
+                problems.append(f"gradebook_canvas.csv: Canvas id {who.id} is left out: several submissions "
+                                f"({', '.join(claims[who.id])}) are that student; grade it by hand")
+        else:
+            ids[s] = who
+    return ids, problems
+
+
+def _canvas_files(chapters: list[str], graded: dict[str, list[str]]) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """Which file holds which chapters: one file when every chapter was graded for the same
+    students, else one per chapter; a chapter nobody has a grade for has none. ``graded``:
+    {chapter: the submissions with a grade in it}. Returns [(file name, chapters)] and the
+    lines that say why a file is missing or the grades are split."""
+    problems = [f"gradebook_canvas.csv: no student with a Canvas id has a grade in {c} (nothing handed in, a "
+                "notebook waiting for review, or no roster entry): no file for it, so Canvas keeps what it has"
+                for c in chapters if not graded[c]]
+    chapters = [c for c in chapters if graded[c]]
+    if len({tuple(graded[c]) for c in chapters}) <= 1:
+        return ([("gradebook_canvas.csv", chapters)] if chapters else []), problems
+    files = [(f"gradebook_canvas_{c}.csv", [c]) for c in chapters]
+    problems.append(f"gradebook_canvas.csv is split into {', '.join(n for n, _ in files)}: the students with a "
+                    "grade differ between chapters, and Canvas's import clears a grade whose cell is empty, so "
+                    "each file names only the students with a grade in its column; import each of them")
+    return files, problems

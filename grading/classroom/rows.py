@@ -219,6 +219,6 @@ def partial_chapters(rows: list[Row]) -> list[str]:
         if have and others:
             shown = ", ".join(others[:20]) + (f" and {len(others) - 20} more" if len(others) > 20 else "")
             lines.append(f"{chapter}: graded for {len(have)} of {len(students)} submissions; no grade for {shown} "
-                         "(no notebook of it, or one waiting for review): their cells in gradebook_canvas.csv and "
-                         "gradebook_wide.csv are empty, not 0")
+                         "(no notebook of it, or one waiting for review): they are in no Canvas file of it (Canvas "
+                         "keeps the grade it has) and their cells in gradebook_wide.csv are empty, not 0")
     return lines

@@ -140,7 +140,7 @@ def test_no_canvas_id_is_written_twice(tmp_path):
     rows = [Row("victim", STEM, "1.1", 22, 22, PASSED), Row("victim_bb", STEM, "1.1", 0, 22, FAILED),
             Row("mallory", STEM, "1.1", 0, 22, FAILED)]
     matched = {"victim": roster[0], "victim_bb": roster[0], "mallory": roster[1]}
-    path, problems = write_canvas(tmp_path, rows, roster, matched)
+    (path,), problems = write_canvas(tmp_path, rows, roster, matched)
     ids = [r["ID"] for r in csv.DictReader(path.open(newline="", encoding="utf-8"))][1:]
     assert ids == ["111"], ids
     assert any("333 is left out" in p and "victim, victim_bb" in p for p in problems), problems

@@ -143,11 +143,11 @@ def _rows(student: str, points: dict[str, tuple[float, float]]) -> list[Row]:
 def test_gradebook_canvas_has_canvas_s_header_and_a_points_possible_row(tmp_path):
     roster = [Student("12345", "Smith, Alice", sis_user_id="S001", sis_login_id="asmith", section="A")]
     rows = _rows("smithalice", {"1.1": (4, 4), "1.2": (1, 4), "3.1": (2, 9)}) + _rows("ghost", {"1.1": (4, 4)})
-    path, problems = write_canvas(tmp_path, rows, roster, {"smithalice": roster[0]})
+    (path,), problems = write_canvas(tmp_path, rows, roster, {"smithalice": roster[0]})
     with open(path, newline="") as f:
         table = list(csv.reader(f))
     assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "01_x", "03_x"]
-    assert table[1] == ["Points Possible", "", "", "", "", "8", "9"]
+    assert table[1] == ["    Points Possible", "", "", "", "", "8", "9"]  # as Canvas's export writes it
     assert table[2] == ["Smith, Alice", "12345", "S001", "asmith", "A", "5", "2"]
     assert len(table) == 3
     assert problems == ["gradebook_canvas.csv: ghost is left out (no roster entry, so no Canvas id)"]
@@ -263,18 +263,26 @@ def test_a_canvas_download_graded_late_and_imported_back(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"chapters graded: {STEM}, {ch3} (the chapters the submissions hold notebooks of" in done.stderr
     assert "modellab" not in done.stderr
-    with open(out / "gradebook_canvas.csv", newline="", encoding="utf-8") as f:
-        table = list(csv.reader(f))
-    assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Week 1: KV memory (90001)", ch3]
+    # The students with a grade differ between the chapters: a file each, naming only those.
+    assert not (out / "gradebook_canvas.csv").exists()
+    tables = {}
+    for stem in (STEM, ch3):
+        with open(out / f"gradebook_canvas_{stem}.csv", newline="", encoding="utf-8") as f:
+            tables[stem] = list(csv.reader(f))
+    table = tables[STEM]
+    assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Week 1: KV memory (90001)"]
+    assert tables[ch3][0][5:] == [ch3] and float(tables[ch3][1][5]) > 0
     with open(out / "gradebook_wide.csv", newline="", encoding="utf-8") as f:
         wide = {r["student"]: r for r in csv.DictReader(f)}
     full = float(wide["jonesbob"]["max_total"])  # Chapter 1's points: Bob handed in nothing else
-    assert table[1][:6] == ["Points Possible", "", "", "", "", "100"] and full > 0 and float(table[1][6]) > 0
+    assert table[1] == ["    Points Possible", "", "", "", "", "100"] and full > 0
     got = {row[1]: row[5:] for row in table[2:]}
-    assert set(got) == {"12345", "23456", "34567"}  # the anonymous submission has no Canvas id
-    assert float(got["12345"][0]) == full and got["12345"][1] == "0"  # the stub: a zero the grader gave
-    assert float(got["23456"][0]) == pytest.approx(full * 0.8) and got["23456"][1] == ""  # 30 hours: two days
-    assert got["34567"] == ["", ""]  # homework1.ipynb waits for review: no grade, not 0
+    # The anonymous submission has no Canvas id; María's homework1.ipynb waits for review: no row,
+    # so the import keeps whatever grade Canvas has for her.
+    assert set(got) == {"12345", "23456"}
+    assert float(got["12345"][0]) == full  # the newest attempt
+    assert float(got["23456"][0]) == pytest.approx(full * 0.8)  # 30 hours: two days
+    assert {row[1]: row[5:] for row in tables[ch3][2:]} == {"12345": ["0"]}  # Chapter 3's stub: 0; no one else
     feedback = (out / "feedback" / "jonesbob.md").read_text()
     assert "late: submitted 2026-12-03T05:59+00:00" in feedback and "20% of the points taken" in feedback
     assert f"## {ch3}: no grade yet" in feedback and "0 / " not in feedback.split(f"## {ch3}")[1]
@@ -343,8 +351,9 @@ def test_an_override_may_name_the_student_by_any_roster_id_column(tmp_path):
 # -- no zero the grader did not give -----------------------------------------------------------------
 def test_no_grade_is_an_empty_cell_and_feedback_says_why(tmp_path):
     """Alice handed in Chapters 1 and 11; Bob only Chapter 1; Carol's notebook was named
-    homework1.ipynb, which no chapter claimed (for review). The Canvas file and the wide
-    export give no zero to Bob's Chapter 11 or Carol's Chapter 1, say so in review, and the
+    homework1.ipynb, which no chapter claimed (for review). The Canvas files name no one
+    without a grade (a file per chapter: the import leaves Canvas's grade alone), the wide
+    export gives no zero to Bob's Chapter 11 or Carol's Chapter 1, the review says so, and the
     feedback says what is missing or waiting instead of showing 0 points."""
     ch11 = "11_sparse_attention"
     review_note = "no notebook is named as 01_kv_memory, and homework1.ipynb was not matched to a chapter: " \
@@ -357,11 +366,11 @@ def test_no_grade_is_an_empty_cell_and_feedback_says_why(tmp_path):
             Row("carol", "", "", 0, 0, REVIEW, f"homework1.ipynb {UNMATCHED}: it names no chapter")]
     roster = [Student("1", "A"), Student("2", "B"), Student("3", "C")]
     matched = dict(zip(["alice", "bob", "carol"], roster))
-    path, _ = write_canvas(tmp_path, rows, roster, matched)
-    with open(path, newline="") as f:
-        table = list(csv.reader(f))
-    assert table[1][5:] == ["4", "54"]
-    assert {r[1]: r[5:] for r in table[2:]} == {"1": ["4", "50"], "2": ["1", ""], "3": ["", ""]}
+    paths, _ = write_canvas(tmp_path, rows, roster, matched)
+    tables = {p.name: list(csv.reader(p.open(newline=""))) for p in paths}
+    assert {name: (t[1][5:], {r[1]: r[5:] for r in t[2:]}) for name, t in tables.items()} == {
+        f"gradebook_canvas_{STEM}.csv": (["4"], {"1": ["4"], "2": ["1"]}),
+        f"gradebook_canvas_{ch11}.csv": (["54"], {"1": ["50"]})}
     with open(write_wide(tmp_path, rows, roster, matched), newline="") as f:
         wide = {r["student"]: r for r in csv.DictReader(f)}
     assert (wide["bob"]["total"], wide["bob"]["max_total"], wide["bob"]["11.1"]) == ("1", "4", "")
@@ -448,13 +457,15 @@ def test_a_mapped_chapter_s_column_is_the_course_s_assignment(tmp_path):
             Row("smithalice", ch11, "11.1", 54, 54, PASSED),
             Row("jonesbob", STEM, "1.1", 4, 10, FAILED), Row("jonesbob", STEM, "1.2", 8, 8, PASSED),
             Row("jonesbob", ch11, "11.1", 0, 54, MISSING)]
-    path, problems = write_canvas(tmp_path, rows, roster, {"smithalice": roster[0], "jonesbob": roster[1]}, columns)
-    with open(path, newline="", encoding="utf-8") as f:
-        table = list(csv.reader(f))
-    assert table[0] == [*CANVAS_FIELDS, "Week 1: KV memory (90001)", "Week 11: Sparse attention (90011)"]
-    assert table[1] == ["Points Possible", "", "", "", "", "18", "54"]
-    assert {r[1]: r[5:] for r in table[2:]} == {"12345": ["15", "54"], "23456": ["12", ""]}
-    assert problems == []
+    paths, problems = write_canvas(tmp_path, rows, roster, {"smithalice": roster[0], "jonesbob": roster[1]},
+                                   columns)
+    tables = [list(csv.reader(p.open(newline="", encoding="utf-8"))) for p in paths]
+    assert [t[0] for t in tables] == [[*CANVAS_FIELDS, "Week 1: KV memory (90001)"],
+                                      [*CANVAS_FIELDS, "Week 11: Sparse attention (90011)"]]
+    assert [t[1] for t in tables] == [["    Points Possible", "", "", "", "", "18"],
+                                      ["    Points Possible", "", "", "", "", "54"]]
+    assert [{r[1]: r[5:] for r in t[2:]} for t in tables] == [{"12345": ["15"], "23456": ["12"]}, {"12345": ["54"]}]
+    assert len(problems) == 1 and "is split into" in problems[0]  # Bob has no Chapter 11: no row in its file
     # An assignment worth other points than the chapter: written as the grader gives them, and said.
     rows[1] = Row("smithalice", STEM, "1.2", 5, 10, FAILED)
     _, problems = write_canvas(tmp_path, rows, roster, {"smithalice": roster[0]}, columns)
