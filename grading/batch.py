@@ -10,7 +10,10 @@ timeout and a memory limit. The results:
                          (appended as each chapter finishes; sorted at the end)
   DIR/gradebook_wide.csv one row per student: id, name, email (--roster), total, one column per exercise
   DIR/gradebook_canvas.csv  the same points in Canvas's gradebook import layout (ids from --roster;
-                         a chapter's column names the course's assignment it updates, --canvas-assignments)
+                         a chapter's column names the course's assignment it updates, --canvas-assignments),
+                         rows only for students with a grade: one file per chapter (gradebook_canvas_NN_topic.csv)
+                         where the students graded differ between chapters
+  DIR/policy.json        the policy the grades were given by, for --resume
   DIR/feedback/<student>.md   what each student reads
   DIR/needs_review.md    timeouts, crashes, memory limits, tampering, unreadable notebooks,
                          notebooks no chapter claimed, roster and overrides problems
@@ -20,6 +23,12 @@ timeout and a memory limit. The results:
 ``--late-penalty`` take points from late work (:mod:`grading.classroom.late`). SUBMISSIONS may be
 an LMS's bulk download as it comes (:mod:`grading.classroom.lms`). Without ``--chapters``, the
 chapters graded are those the submissions hold notebooks of.
+
+The run's policy (due date, penalty, overrides, submission times, Canvas assignments,
+chapters) is recorded in ``DIR/policy.json`` (:mod:`grading.classroom.policy`): ``--resume``
+takes every such flag it is not given from there, and stops before grading (exit 2), saying
+what would change and for whom, when one is given with another value, unless
+``--policy-change`` confirms it.
 
 Statuses: passed, failed, not attempted, error, timed out, memory limit, crashed,
 tampered, needs review, missing, skipped (a GPU test without a GPU), note.
@@ -37,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from grading.classroom import gradebook as gb
+from grading.classroom import policy
 from grading.classroom.exports import (canvas_columns, match_roster, read_canvas_assignments, read_canvas_map,
     read_roster, unmapped_chapters, write_canvas, write_wide)
 from grading.classroom.rows import NOTE, REVIEW, Row, partial_chapters
@@ -99,12 +109,18 @@ def parse_args(argv):
                    help="GPUs the children may see, shared round-robin, e.g. '0,1' (default: none, CPU only)")
     p.add_argument("--resume", action="store_true",
                    help="keep what an earlier run in --out finished; grade the rest, and grade again every "
-                        "student whose files changed since (content hashes)")
+                        "student whose files changed since (content hashes). The policy flags left out (--due, "
+                        "--late-penalty, --overrides, --submitted, --canvas-assignments, --chapters) keep the "
+                        "values recorded in --out/policy.json; one given with another value stops the run, "
+                        "saying what it changes for whom, unless --policy-change")
+    p.add_argument("--policy-change", action="store_true",
+                   help="with --resume: apply the policy flags given although they differ from the recorded "
+                        "ones (the run says what changes and for whom)")
     p.add_argument("--roster", type=Path, default=None,
                    help="CSV with a header naming a student id column and optionally name, email, folder: "
                         "maps submission names to ids in gradebook_wide.csv (Canvas's gradebook export works "
                         "as it is)")
-    p.add_argument("--canvas-assignments", action="append", default=[], metavar="CHAPTER=ASSIGNMENT|FILE",
+    p.add_argument("--canvas-assignments", action="append", default=None, metavar="CHAPTER=ASSIGNMENT|FILE",
                    help="the course's assignment a chapter's grades update in gradebook_canvas.csv, named as in "
                         "--roster (Canvas's export) by id, column name or exact title, e.g. 1=90001; or a CSV "
                         "file with the header chapter,assignment; may be given several times")
@@ -114,14 +130,14 @@ def parse_args(argv):
     p.add_argument("--extra-tests", type=Path, default=None,
                    help="folder of hidden test files test_NN_*.py: graded and in the gradebook, "
                         "never shown in feedback")
-    p.add_argument("--chapters", default="",
+    p.add_argument("--chapters", default=None,
                    help="grade only these chapters, e.g. '01_kv_memory' or '1,3' (default: every chapter "
                         "that at least one submission holds a notebook of)")
-    p.add_argument("--due", default="", help="the due date, an ISO time (2026-12-01T23:59, or with an offset: "
+    p.add_argument("--due", default=None, help="the due date, an ISO time (2026-12-01T23:59, or with an offset: "
                                              "...+01:00); work handed in later loses --late-penalty")
-    p.add_argument("--late-penalty", default="",
+    p.add_argument("--late-penalty", default=None,
                    help="FRACTION[:CAP]: the fraction of the points taken per started day after --due, at most "
-                        "CAP (default 1), e.g. 0.1:0.5 (needs --due)")
+                        "CAP (default 1), e.g. 0.1:0.5 (needs --due; '' with --due '': no penalty)")
     p.add_argument("--submitted", type=Path, default=None,
                    help="CSV with the header student,submitted (ISO times): when each submission was handed in, "
                         "for --due (an LMS download's names give Blackboard's attempt time and Canvas's late mark)")
@@ -154,38 +170,92 @@ def main(argv=None) -> int:
     if not args.submissions.is_dir():
         print(f"{args.submissions} is not a folder", file=sys.stderr)
         return 2
-    if bool(args.due) != bool(args.late_penalty):
-        print("error: --due and --late-penalty go together (give both, or neither)", file=sys.stderr)
-        return 2
     if args.extra_tests is not None:
         args.extra_tests = args.extra_tests.resolve()
         if not args.extra_tests.is_dir():
             print(f"--extra-tests {args.extra_tests} is not a folder", file=sys.stderr)
             return 2
     args.out = args.out.resolve()
+    try:
+        resolved = _read_policy(args)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    run = resolved.policy
+    if bool(run.due) != bool(run.late_penalty):
+        print("error: --due and --late-penalty go together (give both, or neither)", file=sys.stderr)
+        return 2
+    args.due, args.late_penalty, args.chapters = run.due, run.late_penalty, run.chapters
     chapters = discover_chapters(only=args.chapters.split(",") if args.chapters else None)
     if not chapters:
         print("no chapters to grade (tests/test_NN_*.py with solutions/NN_*.ipynb)", file=sys.stderr)
         return 2
+    overrides, submitted = list(run.override_entries), run.submitted_times()
     try:
-        overrides = gb.read_overrides(args.overrides) if args.overrides else []
         roster = read_roster(args.roster) if args.roster else []
         args.course = read_canvas_assignments(args.roster) if args.roster else []
-        args.canvas_map = read_canvas_map(args.canvas_assignments)
+        args.canvas_map = run.canvas_map()
         canvas_columns(args.canvas_map, args.course, [c.stem for c in discover_chapters()], [])
-        from grading.classroom import late
-
-        submitted = late.read_submitted(args.submitted) if args.submitted else {}
-        if args.due:
-            late.parse_time(args.due, "--due"), late.LatePolicy.parse(args.late_penalty)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    args.policy = resolved
     scratch = Path(tempfile.mkdtemp(prefix="grade-unzip-"))
     try:
         return _grade_class(args, chapters, overrides, roster, submitted, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _read_policy(args) -> policy.Resolved:
+    """The policy this run grades by: the flags given, and with --resume the recorded values of
+    those left out. Raises ValueError or OSError on a sheet, a flag or a record it cannot read."""
+    from grading.classroom import late
+
+    overrides = (args.overrides, gb.read_overrides(args.overrides)) if args.overrides else None
+    submitted = (args.submitted, late.read_submitted(args.submitted)) if args.submitted else None
+    canvas = read_canvas_map(args.canvas_assignments) if args.canvas_assignments is not None else None
+    flags = policy.given(args.due, args.late_penalty, overrides, submitted, canvas, args.chapters)
+    return policy.resolve(flags, policy.load(args.out) if args.resume else None)
+
+
+def _policy_gate(args, effects, graded: list[str], columns: dict) -> list[str] | None:
+    """Before anything is graded or written: say what the resumed run kept from the recorded
+    policy, and what a changed one changes for whom (:func:`grading.classroom.policy.report`).
+    Returns those lines for needs_review.md, or None when a change needs --policy-change (the
+    run then stops, having written nothing). Records the policy when the run goes on.
+    ``effects``: what a policy does to each student of the run (:class:`policy.Effects`);
+    ``graded``: the chapters graded; ``columns``: their Canvas assignments."""
+    resolved: policy.Resolved = args.policy
+    if resolved.kept:
+        print(f"resume: kept from {policy.FILE}: {'; '.join(resolved.kept)}", file=sys.stderr)
+    if args.resume and resolved.recorded is None and (args.out / "gradebook.csv").exists():
+        print(f"resume: {args.out.name} has no {policy.FILE} (an older grader's run): the flags given now are "
+              "the policy, and are recorded", file=sys.stderr)
+    lines = []
+    if resolved.changes:
+        old = resolved.recorded
+        lines = policy.report(resolved.changes, effects(old), effects(resolved.policy),
+                              policy.graded_rows(args.out), _moved_columns(args, old, graded, columns))
+        for line in lines:
+            print(line, file=sys.stderr)
+    if resolved.blocking() and not args.policy_change:
+        print(f"STOPPED before grading: --resume was given a policy that differs from the one {policy.FILE} "
+              "records (above). Rerun with --policy-change to apply it, or leave those flags out to keep the "
+              "recorded policy. Nothing was graded or written.", file=sys.stderr)
+        return None
+    policy.save(args.out, resolved.policy)
+    return lines
+
+
+def _moved_columns(args, old: policy.Policy, graded: list[str], columns: dict) -> dict[str, tuple[str, str]]:
+    """{chapter: (Canvas column before, after)} for the graded chapters whose assignment changes."""
+    try:
+        before = canvas_columns(old.canvas_map(), args.course, [c.stem for c in discover_chapters()], graded)
+    except ValueError:  # the recorded map no longer fits the roster: every column is said as it is now
+        before = {}
+    return {s: (before[s].header if s in before else s, columns[s].header if s in columns else s)
+            for s in graded if before.get(s) != columns.get(s)}
 
 
 def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) -> int:
@@ -229,6 +299,17 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
                                             {x.name: x.keys for x in lms_students}) if roster else ({}, [])
     overrides = gb.resolve_override_students(overrides, [s for s, _ in students], matched)
     lateness = lateness_of(args, [s for s, _ in students], lms_info, submitted, matched)
+    names = [s for s, _ in students]
+
+    def effects(p: policy.Policy) -> policy.Effects:  # what a policy does to this run's students
+        over = gb.resolve_override_students(list(p.override_entries), names, matched)
+        times = p.submitted_times()
+        rule = argparse.Namespace(due=p.due, late_penalty=p.late_penalty)
+        return policy.Effects(lateness_of(rule, names, lms_info, times, matched), over)
+
+    policy_lines = _policy_gate(args, effects, [c.stem for c in chapters], columns)
+    if policy_lines is None:
+        return 2
     hidden = hidden_tests(args.extra_tests, chapters)
     grader = Grader(GradeConfig.from_args(args), chapters, hidden)
     book = gb.Gradebook(args.out, args.resume, overrides, lateness, [c.stem for c in chapters])
@@ -292,6 +373,7 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
     for line in extra[len(ignored_lines):]:
         if line.removeprefix("canvas: ") not in unmapped:  # said before grading
             print(line, file=sys.stderr)
+    extra += policy_lines  # said before grading
     review = gb.write_review_list(args.out, final, sandbox.status().line, extra, chapters_line)
     flagged = sum(r.status in FOR_REVIEW for r in final)
     if not args.quiet:

@@ -4,7 +4,8 @@ A class of three: ``alice`` (solved, plus a stray ``Untitled.ipynb``), ``bob`` (
 Exercise 1.2 raises a NameError) and ``carol`` (the stub). A roster maps the folder
 names to ids (and has ``dave``, who handed nothing in); an overrides file gives bob the
 points of 1.2. Then bob hands in a fixed notebook and the class is graded again with
-``--resume``: bob, and only bob, is graded again, and says so.
+``--resume`` (and without ``--overrides``: the run's recorded policy keeps it): bob, and only
+bob, is graded again, and says so.
 """
 
 from __future__ import annotations
@@ -129,8 +130,10 @@ def test_resume_regrades_a_student_whose_files_changed_and_says_so(runs):
     assert "alice:" not in err and "carol:" not in err
     rows = _rows(runs["out"] / "gradebook.csv")
     bob = {r["exercise"]: r for r in rows if r["student"] == "bob" and r["exercise"]}
-    assert bob["1.2"]["status"] == "passed"  # the fixed notebook, not the stale NameError
-    assert all(r["status"] == "passed" for r in bob.values())
+    # The fixed notebook, not the stale NameError; the override the first run was given still applies.
+    assert bob["1.2"]["status"] == "overridden" and "graded 4 / 4, passed" in bob["1.2"]["message"]
+    assert all(r["status"] == "passed" for e, r in bob.items() if e != "1.2")
+    assert "resume: kept from policy.json: --overrides overrides.csv" in err
     assert any(r["student"] == "bob" and "regraded" in r["message"] for r in rows)
     # The others were kept as they were, and nothing is recorded twice.
     keys = [(r["student"], r["chapter"], r["exercise"], r["message"]) for r in rows]
