@@ -106,6 +106,11 @@ def test_the_report_names_what_changes_for_whom():
                      f"policy change for bob: late: 2 days late, x 0.8 -> on time; {STEM} 6.4 -> 8 of 8"]
     assert policy.report([policy.Change("--due", "a", "b")], after, after, rows)[-1] == \
         "policy change: no student's grade changes"
+    # An edited overrides file: ann's override of 1.1 goes, bob gets one; each says so with the points.
+    edited = policy.Effects(after.lateness, [Override("bob", "1.2", 1, "typo", 2)])
+    lines = policy.report([policy.Change("--overrides", "o.csv (sha256 1)", "o.csv (sha256 2)")], after, edited, rows)
+    assert lines[1:] == [f"policy change for ann: overrides: 1.1 1 -> none; {STEM} 1 -> 4 of 4",
+                         f"policy change for bob: overrides: none -> 1.2 1; {STEM} 8 -> 5 of 8"]
 
 
 # -- Canvas's import, as the manual states its rule ----------------------------------------------
