@@ -33,7 +33,8 @@ The processes, one package each (``tests/meta/test_layering.py`` keeps the lines
                    ranks, isolation. Imports only the faces and ``notebook/``.
 - ``proc/``:       how every child is started and contained: the sandbox, the zygote, the judges.
 - ``classroom/``:  a class's submissions turned into grades: matching, LMS downloads, late work,
-                   rows, the gradebook and its exports, and ``grade.grade_submission``.
+                   rows, the gradebook and its exports, the run's recorded policy, and
+                   ``grade.grade_submission``.
 """
 
 import importlib
