@@ -236,7 +236,7 @@ def _policy_gate(args, effects, graded: list[str], columns: dict) -> list[str] |
     if resolved.changes:
         old = resolved.recorded
         lines = policy.report(resolved.changes, effects(old), effects(resolved.policy),
-                              policy.graded_rows(args.out), _moved_columns(args, old, graded, columns))
+                              gb.graded_rows(args.out), _moved_columns(args, old, graded, columns))
         for line in lines:
             print(line, file=sys.stderr)
     if resolved.blocking() and not args.policy_change:

@@ -35,6 +35,13 @@ def _read_rows(path: Path) -> list[Row]:
                 d["status"], d["message"]) for d in rows]
 
 
+def graded_rows(out: Path) -> list[Row]:
+    """The grader's rows of the last finished run in ``out`` (``.graded.csv``: before late
+    penalties and overrides), read and left as they are; empty when there is none."""
+    path = out / ".graded.csv"
+    return _read_rows(path) if path.exists() else []
+
+
 def _write_rows(path: Path, rows: list[Row]):
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as f:

@@ -288,14 +288,6 @@ def report(changes: list[Change], before: Effects, after: Effects, graded: list[
     return lines
 
 
-def graded_rows(out: Path) -> list[Row]:
-    """The grader's rows of the last finished run in ``out`` (``.graded.csv``: before late
-    penalties and overrides); empty when there is none."""
-    from grading.classroom.gradebook import _read_rows  # the gradebook's own reader of its files
-
-    path = out / ".graded.csv"
-    return _read_rows(path) if path.exists() else []
-
 
 def _late_text(x) -> str:
     return "on time" if x is None or x.days == 0 else f"{x.days} day{'s' * (x.days > 1)} late, x {x.factor:g}"
