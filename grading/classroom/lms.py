@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from grading.notebook.untrusted import copy_untrusted, entry_kind, read_untrusted
+from grading.notebook.untrusted import copy_one_untrusted, copy_untrusted, entry_kind
 
 # Each layout is read anchored (fullmatch: no trailing newline slips past ``$``), and both
 # ways a name can split where the student part is free text: the shortest student part
@@ -239,4 +239,4 @@ def _copy(files: list[tuple[Path, LmsFile]], found: LmsStudent) -> None:
         elif path.suffix.lower() == ".ipynb":  # (a zip beside notebooks is not unpacked)
             target = found.folder / f"{n:03d}" / info.file_name
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(read_untrusted(path))
+            copy_one_untrusted(path, target)  # in chunks; its size is ruled on when it is graded

@@ -21,7 +21,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading.notebook.untrusted import LINK, entry_kind, not_a_regular_file, read_untrusted, walk_untrusted  # noqa: F401
+from grading.notebook.untrusted import (LINK, digest_untrusted, entry_kind, not_a_regular_file,  # noqa: F401
+                                       read_untrusted, walk_untrusted)
 from grading.layout import Chapter
 
 # A zip is read, not trusted: only notebooks come out of it, and not too many bytes.
@@ -95,7 +96,7 @@ class Submission:
 
 
 def _sha(path: Path) -> str:
-    return hashlib.sha256(read_untrusted(path)).hexdigest()
+    return digest_untrusted(path)  # in chunks: a 500 MB file costs the batch one chunk
 
 
 def _hidden(rel: Path) -> bool:
