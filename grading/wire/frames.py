@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import struct
 import weakref
@@ -15,6 +16,12 @@ BUFFERS_CAP = 1024 * 2**20  # bytes of one message's tensors and arrays
 LOGICAL_CAP = BUFFERS_CAP
 MESSAGE_TEXT_CAP = 16 * 1024  # characters of an exception message the judge keeps
 MAX_DEPTH = 32  # nesting of containers in one value
+# Nesting of arrays and objects in one message's JSON, checked before it is parsed: a
+# value's container is two levels (``{"t": "list", "v": [...]}``), a dict's entry three
+# (``"v": [[key, value], ...]``), and a message wraps its values in a few more (a call's
+# changed arguments, a launch record's outputs). A frame nested 100,000 deep would
+# otherwise reach the parser's recursion limit instead of this cap.
+HEADER_DEPTH = 3 * (MAX_DEPTH + 1) + 12
 MAX_ITEMS = 1_000_000  # entries of all containers in one value
 _PREFIX = struct.Struct(">IQ")
 
@@ -84,13 +91,38 @@ def receive(sock: socket.socket, header_cap: int = HEADER_CAP, buffers_cap: int 
         raise WireError(f"a message with {n_buffers} bytes of tensors, over the {buffers_cap} byte cap")
     raw = _read_exact(sock, n_header)
     buffers = _read_exact(sock, n_buffers) if n_buffers else b""
+    depth = json_depth(raw)
+    if depth > HEADER_DEPTH:
+        raise WireError(f"a message nested {depth} deep, over the {HEADER_DEPTH} levels a message may have")
     try:
         header = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise WireError(f"a message that is not JSON ({exc})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise WireError(f"a message that is not JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
     if not isinstance(header, dict):
         raise WireError("a message that is not a JSON object")
     return header, buffers
+
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # a JSON string, escapes and all
+
+
+def json_depth(raw: bytes | bytearray) -> int:
+    """How deep the arrays and objects of the JSON text ``raw`` nest, counted without
+    parsing it (brackets inside strings do not count), or, when even the number of its
+    opening brackets is under :data:`HEADER_DEPTH`, that number (a bound, and all a caller
+    needs). Linear in ``len(raw)``; text that is not JSON gets some count, and the parser
+    refuses it after."""
+    opened = raw.count(b"[") + raw.count(b"{")
+    if opened <= HEADER_DEPTH:
+        return opened  # an upper bound, and under the cap: nothing more to count
+    bare = _STRING.sub(b'""', raw)
+    import numpy as np
+
+    symbols = np.frombuffer(bare, dtype=np.uint8)
+    step = np.zeros(len(symbols), dtype=np.int64)
+    step[(symbols == ord("[")) | (symbols == ord("{"))] = 1
+    step[(symbols == ord("]")) | (symbols == ord("}"))] = -1
+    return int(step.cumsum().max(initial=0))
 
 
 # -- errors ------------------------------------------------------------------------------------

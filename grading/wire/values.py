@@ -195,6 +195,18 @@ class Decoder:
         return self.data[start:end]
 
     def decode(self, node, depth: int = 0):
+        """The value ``node`` (with its tensors' bytes from the buffers) stands for. Raises
+        :class:`RefusedValue` for a value the sender refused to send, MemoryError, and
+        :class:`WireError` for anything else that goes wrong: any error decoding a message
+        means its sender broke the protocol, never that the value was wrong."""
+        try:
+            return self._decode(node, depth)
+        except (WireError, RefusedValue, MemoryError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - an int of 5,000 digits, a dtype torch refuses, ...
+            raise WireError(f"a value that cannot be decoded ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+    def _decode(self, node, depth: int):
         self.items += 1
         if depth > MAX_DEPTH or self.items > MAX_ITEMS:
             raise WireError(f"a value nested deeper than {MAX_DEPTH} or with more than {MAX_ITEMS} entries")
