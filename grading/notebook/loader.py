@@ -20,7 +20,6 @@ import contextlib
 import io
 import itertools
 import linecache
-import os
 import re
 import sys
 import traceback
@@ -150,18 +149,11 @@ def describe_exception(exc: BaseException, filename_prefix: str) -> str:
 
 
 def read_notebook(path: Path) -> nbformat.NotebookNode:
-    """The notebook at ``path``; NotebookLoadError when it is missing, over
-    ``NOTEBOOK_CAP`` bytes (its size read before any byte) or not a notebook."""
-    from grading.notebook.untrusted import NOTEBOOK_CAP
-
+    """The notebook at ``path`` (the book's own: a submission is read by
+    grading.notebook.untrusted, under its size cap); NotebookLoadError when it is missing
+    or not a notebook."""
     try:
-        size = os.stat(path).st_size
-        if size > NOTEBOOK_CAP:
-            raise NotebookLoadError(f"{Path(path).name} is {size / 2**20:.0f} MB, over the "
-                                    f"{NOTEBOOK_CAP // 2**20} MB a notebook may be (outputs or data saved in it?)")
         return nbformat.read(path, as_version=4)
-    except NotebookLoadError:
-        raise
     except FileNotFoundError:
         raise NotebookLoadError(f"{path} does not exist") from None
     except Exception as exc:  # not JSON, not a notebook, wrong schema
