@@ -24,6 +24,7 @@ from grading.proc.zygote import Launcher, ZygoteUnavailable
 CALL_TIMEOUT_S = float(os.environ.get("GRADING_CALL_TIMEOUT", 120))  # one call into the notebook
 # Requests that only read (a global, an attribute, whether a name exists); see Session.request.
 READS = frozenset({"get", "getattr", "has"})
+CALLS = frozenset({"call", "callattr"})  # requests that run the notebook's code on the grader's arguments
 LOAD_TIMEOUT_S = float(os.environ.get("GRADING_LOAD_TIMEOUT", 120))  # loading it in a contestant
 
 
@@ -79,6 +80,9 @@ class Session:
             raise ContestantCrashed(str(exc)) from None
         self.dead = ""
         self.reads: dict[str, tuple[dict, bytes]] = {}  # see request()
+        # Spawned to report what its Triton launches wrote (Chapter 7): every call it answers
+        # with a value carries that record, or the contestant is stopped (see _launch_record).
+        self.reports_launches = spawn.bounds_checked
         wire.send(self.sock, spawn.to_json())
         header, _ = self._answer(LOAD_TIMEOUT_S, "loading the notebook")
         if "ready" not in header:
@@ -203,7 +207,21 @@ class Session:
         answer = self._answer(timeout, what)
         if key is not None and "value" in answer[0]:
             self.reads[key] = answer
+        if self.reports_launches and header.get("op") in CALLS and "value" in answer[0]:
+            self._launch_record(answer[0], what)
         return answer
+
+    def _launch_record(self, reply: dict, what: str) -> None:
+        """Fail closed: a contestant spawned to report its Triton launches
+        (``Spawn.bounds_checked``) that answers a call without the record of them, or with
+        one off its schema, is stopped as broken ("tampered"). Its process runs the
+        notebook's code, which could suppress the record to hide a result computed in
+        PyTorch; the judge reads no record as a forgery, never as "nothing observed"."""
+        from grading.judge.triton_launch import Launches
+
+        if Launches.from_json(reply.get("triton")) is None:
+            self._stop(f"{what}: the notebook's process answered without the record of its Triton launches that "
+                       "it was started to keep (suppressed or forged by the notebook's code?)", ContestantBroken)
 
     def close(self):
         if not self.dead:

@@ -15,12 +15,20 @@ the right values and is not the exercise. Two pieces of evidence, each required:
    (:func:`dynamic_launch_problem`). This catches a launch in dead code, and a kernel that
    ran but whose result the wrapper threw away or overwrote in PyTorch.
 
-The residual trust, stated: the second piece is recorded in the contestant, a process the
-notebook's code shares, so a notebook that patches grading.contestant.triton_bounds could forge it; the
-first piece cannot be forged that way, but reading the text cannot prove that the launch
-runs. A kernel that copies a result computed in PyTorch into its output passes both; the
-value tests of a kernel that computes nothing cannot tell it from one that does. Compiled
-launches on a GPU are not observed: there only the first piece is checked.
+The second piece fails closed. A contestant spawned to keep the record
+(``Spawn.bounds_checked``) that answers a call without it, or with one off its schema, is
+stopped as "tampered" (grading.judge.session), and a record that names fewer returned
+tensors than the call returned fails the case: a notebook that suppresses the record earns
+nothing for it.
+
+The residual trust, stated: the record's content is kept in the contestant, a process
+the notebook's code shares, so a notebook that patches grading.contestant.triton_bounds
+could still write a consistent false one; the first piece cannot be forged that way, but
+reading the text cannot prove that the launch runs. A kernel that copies a result computed
+in PyTorch into its output passes both; the value tests of a kernel that computes nothing
+cannot tell it from one that does. Compiled launches on a GPU are not observed: there only
+the first piece is checked. The compile check does not depend on the contestant at all
+(grading.judge.triton_compile).
 """
 
 from __future__ import annotations
@@ -169,11 +177,14 @@ class Launches:
 
 def dynamic_launch_problem(launches: Launches | None, wrapper: str, kernel: str, what: tuple[str, ...]) -> str | None:
     """Why the call's returned tensors (named ``what``, in order) were not written by ``kernel``, or None.
-    ``launches`` is None where nothing was observed (no interpreter): then nothing is ruled."""
+    ``launches`` is None where nothing was observed (a compiled launch on a GPU): then
+    nothing is ruled. An interpreted call always has a record (the session fails closed)."""
     if launches is None:
         return None
-    if len(launches.outputs) < len(what):
-        return None  # the value check has said what is wrong with the returned value
+    if len(launches.outputs) < len(what):  # the value checks passed, so the call returned them all
+        return (f"`{wrapper}` returned {', '.join(what)}, but the record of what its kernels wrote names "
+                f"{len(launches.outputs)} tensor(s): this exercise is a Triton kernel, and `{kernel}` must compute "
+                f"each of them")
     for name, out in zip(what, launches.outputs):
         if out["elements"] == 0:
             continue
