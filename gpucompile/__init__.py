@@ -468,7 +468,8 @@ def _compile_in_child(requests: list[dict]) -> list:
 
 
 def child_main(spec_path: str, result_path: str) -> int:
-    """In the child: rebuild each kernel from its source, compile it, write the results as JSON."""
+    """In the child: rebuild each kernel from its source, compile it, write the results as JSON.
+    A job may hold ``setup``: module-level code run first ([{"file", "source"}], trusted)."""
     import base64
     import importlib
     import json
@@ -480,6 +481,8 @@ def child_main(spec_path: str, result_path: str) -> int:
     answers = []
     for job in json.loads(Path(spec_path).read_text()):
         scope = {"__name__": "gpucompile_kernels", "triton": importlib.import_module("triton"), "tl": tl}
+        for setup in job.get("setup", []):  # trusted module-level code (a reference module's constants)
+            exec(compile(setup["source"], setup["file"], "exec"), scope)
         for name, module in job["modules"].items():
             scope[name] = importlib.import_module(module)
         for name, v in job["values"].items():

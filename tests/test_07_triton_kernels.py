@@ -38,6 +38,7 @@ kernel, re-made to call them (Triton looks a kernel's callees up in its globals 
 interprets or compiles it); 7.6 and 7.7 read the ptxas reports of the reference kernel.
 """
 
+import functools
 import zlib
 from dataclasses import dataclass
 
@@ -441,12 +442,21 @@ def _grade(nb, exercise, cid, device="cpu"):
 
 # -- compiling for a GPU, without one -----------------------------------------------------------
 def _grade_compile(nb, exercise, arch):
-    """Compile the exercise's kernel for ``arch`` as its wrapper launches it, in a contestant
-    without the interpreter (gpucompile.chapter07.check_compile, a grading.contestant.services entry)."""
+    """Compile the exercise's kernel for ``arch`` as its wrapper launches it: the contestant,
+    without the interpreter, says what the wrapper launches (gpucompile.chapter07.launch_request,
+    a grading.contestant.services entry), and the judge compiles the kernel's source, as it
+    reads it in the notebook's file, in a child of its own (grading.judge.triton_compile)."""
+    from pathlib import Path
+
+    from grading.judge.triton_compile import check_compile
+
     compiler = nb.variant(env=COMPILE_ENV)
+    text = vars(nb).get("text") or Path(nb.path).read_text()  # make bench's in-process baseline has no text
     for cid in case_ids(exercise):
         if cid.endswith(arch):
-            compiler.service("chapter07.check_compile", exercise, cid, timeout=COMPILE_TIMEOUT_S)
+            launched = functools.partial(compiler.service, "chapter07.launch_request", exercise, cid,
+                                         timeout=COMPILE_TIMEOUT_S)
+            check_compile(text, nb.name, exercise, vars(nb).get("exercise"), launched, COMPILE_TIMEOUT_S)
 
 
 # -- the graders ----------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Library code the judge asks a contestant to run on the notebook it loaded.
 
 Some checks need the notebook's own objects and the machinery that runs them in one
-process: compiling a Triton kernel as its wrapper launches it (Chapter 7), SmolLM2 decoding
+process: what a Triton kernel's wrapper launches (Chapter 7; the judge compiles the
+kernel's source itself, grading.judge.triton_compile), SmolLM2 decoding
 through the notebook's cache (Chapter 8), whether two of a cache's block tables are one
 list (Chapter 2). They run in
 the contestant, by name from :data:`SERVICES`, with the loaded notebook as their first
@@ -14,7 +15,7 @@ from __future__ import annotations
 import importlib
 
 SERVICES = {
-    "chapter07.check_compile": "gpucompile.chapter07:check_compile",
+    "chapter07.launch_request": "gpucompile.chapter07:launch_request",
     "chapter07.real_reports": "gpucompile.chapter07:real_reports",
     "chapter08.generate": "modellab.chapter08:generate",
     "chapter02.tables_shared": "grading.contestant.services:tables_shared",

@@ -13,6 +13,7 @@
 - ``replay``:   the student edition's expected values in place of the references (``expected``:
                 how they are stored, keyed and matched).
 - ``triton_launch``: whether Chapter 7's answer came from its kernel.
+- ``triton_compile``: Chapter 7's compile check, on the kernels' source read here, compiled in a child of its own.
 
 Graders and instructors' hidden tests import ``watching``, ``data_ptr``, ``run_ranks`` and
 ``open_notebook`` from here.

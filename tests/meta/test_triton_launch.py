@@ -117,3 +117,59 @@ def test_evidence_of_another_shape_is_ignored():
     assert Launches.from_json({"launches": [], "launch_count": 1, "complete": True,
                                "outputs": [{"elements": 1.5, "written": 1, "kernels": []}]}) is None
     assert dynamic_launch_problem(None, "vector_add", "add_kernel", ("the result",)) is None
+
+
+def test_a_record_that_names_fewer_tensors_than_were_returned_fails():
+    record = Launches(["flash_fwd_kernel"], 1, True, [{"elements": 4, "written": 4, "kernels": ["flash_fwd_kernel"]}])
+    problem = dynamic_launch_problem(record, "flash_attention", "flash_fwd_kernel", ("out", "lse"))
+    assert "names 1 tensor(s)" in problem
+
+
+# -- the compile check reads the kernels' source in the file (grading.judge.triton_compile) ----------
+def test_the_compile_check_reads_every_kernel_of_the_solution_from_its_text():
+    from grading.judge.triton_compile import notebook_kernels, runs_code_when_defined, stub_or_missing
+
+    kernels = notebook_kernels(nbformat.writes(_solution()), "07_triton_kernels.ipynb")
+    names = {"add_kernel", "softmax_kernel", "flash_fwd_kernel", "paged_decode_kernel", "causal_loop_end",
+             "causal_mask"}
+    assert names <= set(kernels.functions), sorted(kernels.functions)
+    assert kernels.modules["tl"] == "triton.language" and kernels.values["LN_2"] == {"constexpr": 0.6931471805599453}
+    assert all(runs_code_when_defined(kernels.functions[n].node) is None for n in names)
+    assert kernels.functions["add_kernel"].file.startswith("07_triton_kernels.ipynb#cell-")
+    stub_or_missing(kernels, tuple(names))  # solved: no stub among them
+    stubs = notebook_kernels(nbformat.writes(nbformat.read(SOLUTIONS.parent / "exercises" / "07_triton_kernels.ipynb",
+                                                           as_version=4)), "stub.ipynb")
+    with pytest.raises(NotImplementedError, match="Exercise 7.1"):
+        stub_or_missing(stubs, ("add_kernel",))
+
+
+def test_a_kernel_that_runs_code_when_defined_or_is_rebound_is_not_compiled():
+    from grading.judge.triton_compile import notebook_kernels, runs_code_when_defined
+
+    text = _notebook(KERNEL, "@triton.jit(do_not_specialize=__import__('os').getpid())\ndef k1(x):\n    pass\n",
+                     "@triton.jit\ndef k2(x=open('/etc/passwd')):\n    pass\n",
+                     "@triton.jit\ndef k3(x: print('hi')):\n    pass\n",
+                     "def wrapper():\n    add_kernel = None\n    return add_kernel\n",
+                     "@triton.jit\ndef k4(x):\n    pass\n", "k4 = 3\n")
+    kernels = notebook_kernels(text, "nb.ipynb")
+    assert set(kernels.functions) == {"add_kernel", "k1", "k2", "k3"}  # a local is not a rebinding; k4 is rebound
+    assert "decorator" in runs_code_when_defined(kernels.functions["k1"].node)
+    assert "default" in runs_code_when_defined(kernels.functions["k2"].node)
+    assert "annotation" in runs_code_when_defined(kernels.functions["k3"].node)
+    assert kernels.values["k4"] == {"plain": 3}
+
+
+def test_a_launch_off_its_schema_or_unlike_the_kernel_is_refused():
+    from grading.compare import GradingFailure
+    from grading.judge.triton_compile import LaunchRequest
+
+    good = {"kernel": "add_kernel", "signature": {"x": "*bf16", "y": "*bf16", "out": "*bf16", "n": "i32"},
+            "constexprs": {"BLOCK": 128}, "attrs": {"x": [["tt.divisibility", 16]]}, "arch": "sm_90",
+            "num_warps": 4, "num_stages": 3}
+    request = LaunchRequest.from_json(good)
+    assert request.problem_with(["x", "y", "out", "n", "BLOCK"]) is None
+    assert "takes" in request.problem_with(["x", "y", "out", "n"])
+    for bad in ({**good, "num_warps": 3}, {**good, "arch": "sm_75"}, {**good, "constexprs": {"BLOCK": [1]}},
+                {**good, "extra": 1}, {**good, "signature": {"x": 1}}, "add_kernel"):
+        with pytest.raises(GradingFailure):
+            LaunchRequest.from_json(bad)
