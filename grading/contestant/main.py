@@ -367,9 +367,12 @@ def _call(c: Contestant, fn, request, buffers):
 def _asked_error(error: wire.RemoteError) -> BaseException:
     """The exception a reference the judge ran raised, raised again in the notebook's call."""
     from grading.compare import GradingFailure
+    from grading.contestant import swap
 
     if error.kind == "grading_failure":
         return GradingFailure(error.message)
+    if error.kind == swap.NotAnswered.wire_kind:  # the notebook's own function answers instead
+        return swap.NotAnswered(error.message)
     if error.kind == "not_implemented":
         return NotImplementedError(error.message)
     cls = wire.BUILTIN_ERRORS.get(error.type) or next(

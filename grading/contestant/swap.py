@@ -10,9 +10,11 @@ While exercise N is graded, every name another exercise owns is, in the loaded n
 namespace, the reference's (:mod:`grading.judge.substitute` says which, and why). This
 module does the binding and undoes it: :func:`swap_in` in a contestant, from the package
 the judge sent (:func:`references_from_package`), where a plain function another exercise
-owns asks the judge (``ask``) instead of running here. ``calling`` and ``beside`` are how a
-chapter's ``tests/references/ref_NN_topic.py`` declares a reference that must run beside
-the notebook's own objects.
+owns asks the judge (``ask``) instead of running here. The judge answers only the calls
+the solution made in the same test, with equal arguments, and refuses any other with
+:class:`NotAnswered`: then the notebook's own function runs, as if no swap were bound.
+``calling`` and ``beside`` are how a chapter's ``tests/references/ref_NN_topic.py``
+declares a reference that must run beside the notebook's own objects.
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ from dataclasses import dataclass
 from grading.compare import GradingFailure
 
 _IN_FORCE: list[dict] = []  # the swaps in force in this process, innermost last
+
+
+class NotAnswered(GradingFailure):
+    """The judge does not answer this call of another exercise's function with its
+    reference: the solution made no such call, with these arguments, in this test
+    (:mod:`grading.judge.substitute`). The notebook's own function answers it instead."""
+
+    wire_kind = "not_answered"  # how grading.notebook.loader.remote_error names it on the wire
 
 
 @dataclass(frozen=True)
@@ -199,11 +209,20 @@ def swap_in(namespace: dict, stem: str, exercise: str, owned: dict[str, str], re
         _IN_FORCE.pop()
 
 
-def _asking(name: str, ask):
-    """The contestant's stand-in for a reference the judge answers: ``ask(name, args, kwargs)``."""
+def _asking(name: str, ask, own=None):
+    """The contestant's stand-in for a reference the judge answers: ``ask(name, args, kwargs)``;
+    where the judge refuses (:class:`NotAnswered`), the notebook's ``own`` function, if any.
+    An answer is never an oracle: a call the solution never made in this test (Exercise 6.3
+    asking 6.4's reference for its own answer with every gate 0) runs the student's own code,
+    which a stub does not have."""
 
     def asked(*args, **kwargs):
-        return ask(name, args, kwargs)
+        try:
+            return ask(name, args, kwargs)
+        except NotAnswered:
+            if not callable(own):
+                raise
+        return own(*args, **kwargs)
 
     asked.__name__ = asked.__qualname__ = name
     return asked
@@ -221,6 +240,7 @@ def references_from_package(package: dict, namespace: dict, ask=None) -> tuple[d
 
     ask = ask or unanswered
     mine = set(package.get("mine", []))
+    own = dict(namespace)  # the notebook's own functions, as they stand before any swap
     for entry in package["modules"]:
         module = types.ModuleType(entry["name"])
         filename = f"<reference {entry['file']}>"
@@ -235,7 +255,7 @@ def references_from_package(package: dict, namespace: dict, ask=None) -> tuple[d
                 if name in namespace:
                     module.__dict__[name] = namespace[name]
             for name, key in entry["asked"].items():
-                module.__dict__[name] = _asking(key, ask)
+                module.__dict__[name] = _asking(key, ask, own.get(key))
 
         bind()
         sys.modules[entry["name"]] = module  # a "package.module:function" reference is found here
@@ -246,7 +266,7 @@ def references_from_package(package: dict, namespace: dict, ask=None) -> tuple[d
         if name in mine or name.rpartition(".")[0] in mine:
             continue  # the exercise graded: the notebook's own
         if spec["ask"]:
-            references[name] = _asking(name, ask)
+            references[name] = _asking(name, ask, own.get(name))
             continue
         module, qualname = spec["ref"]
         target = f"{module}:{qualname}"

@@ -172,3 +172,41 @@ def floats_match(recorded: list, got: list, rtol: float | None = None) -> bool:
         if any(abs(x - y) > tol for x, y in zip(a, b)):
             return False
     return True
+
+
+# -- the calls into another exercise that the judge answers: an exact key ---------------------
+
+def _canonical(value):
+    """``value`` with every tensor made contiguous, so that a key says what the values are,
+    not how the sender laid them out in memory; containers keep their exact types."""
+    torch = _torch()
+    if type(value) in (torch.Tensor, torch.nn.Parameter):
+        return value.detach().contiguous()
+    if type(value) in (list, tuple):
+        return type(value)(_canonical(v) for v in value)
+    if type(value) is dict:
+        return {k: _canonical(v) for k, v in value.items()}
+    return value
+
+
+def ask_key(name: str, args, kwargs) -> str:
+    """The exact key of a call of another exercise's ``name`` on ``args`` and ``kwargs``
+    (plain values, as the wire decodes them): a SHA-256 of their wire encoding, so two calls
+    have one key exactly when every type is the same and every tensor is bit-equal (its
+    dtype, shape and bytes). No tolerance: a key is a permission, never a lookup of a value.
+
+    Raises ``grading.wire.WireError`` for a value the wire cannot carry."""
+    from grading import wire
+
+    def library_callable(value):  # torch.exp passed on (5.2's ``exp=``): its allowlisted name
+        name = wire.callable_name(value)
+        if name is None:
+            raise wire.WireError(f"a {type(value).__qualname__} in a call of another exercise")
+        return {"t": "fn", "v": name}
+
+    encoder = wire.Encoder(handle=library_callable)
+    node = encoder.encode([name, _canonical(list(args)), _canonical(dict(sorted(kwargs.items())))])
+    digest = hashlib.sha256(json.dumps(node, sort_keys=True).encode())
+    for buffer in encoder.buffers:
+        digest.update(buffer)
+    return digest.hexdigest()

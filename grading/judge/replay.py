@@ -15,7 +15,11 @@ in place of ``tests/references/``:
 - a *class* (Chapter 2's ``DenseKVModel``) is stored per instance as its constructor's
   arguments and its sequence of method calls with what each returned; a replayed
   instance follows the recorded sequences that match its calls so far;
-- a *constant* of a module (``UNIT_FACTORS``) is stored as its value.
+- a *constant* of a module (``UNIT_FACTORS``) is stored as its value;
+- a *call into another exercise* that the solution made and the judge answered with its
+  reference (``pages_needed`` from 2.3's ``append``) is stored per test as the function's
+  name and an exact key of its arguments (:func:`grading.judge.expected.ask_key`): the
+  judge answers such a call only when it is one of these (:mod:`grading.judge.substitute`).
 
 The file is an ``.npz`` read with ``allow_pickle=False``: arrays, and the index as JSON
 bytes. In the release, :func:`install` (the grading plugin calls it when the folder has
@@ -45,7 +49,7 @@ import numpy as np
 
 from grading.judge.expected import call_key, decode, encode, floats_match
 
-FORMAT = 1
+FORMAT = 2  # 2: the calls into other exercises the judge answered, per test ("asks")
 PACKAGE = "tests.references"
 INDEX = "__index__"
 # What a deep computation (Chapter 8's 30-layer model) moves between two CPUs' kernels is
@@ -71,6 +75,12 @@ class Recorder:
         self.modules: dict[str, dict] = {}  # module name -> {"calls": {...}, "instances": [...], ...}
         self.arrays: dict[str, list] = {}
         self.depth = 0  # a reference that calls another records the outer call only
+        self.asks: dict[str, dict[str, set[tuple[str, str]]]] = {}  # stem -> test -> {(name, key)}
+
+    def record_ask(self, stem: str, test: str, name: str, key: str) -> None:
+        """A call into another exercise that the judge answered while ``test`` graded the
+        solution of ``stem`` (:func:`grading.judge.expected.ask_key`)."""
+        self.asks.setdefault(stem, {}).setdefault(test, set()).add((name, key))
 
     def book(self, module: str) -> tuple[dict, list]:
         if module not in self.modules:
@@ -176,7 +186,8 @@ class Recorder:
             if not any([book["calls"], book["instances"], ran]):
                 continue
             arrays = self.arrays[module]
-            index = {"format": FORMAT, "module": module, "tests": ran,
+            asks = {test: sorted(map(list, calls)) for test, calls in sorted(self.asks.get(stem, {}).items())}
+            index = {"format": FORMAT, "module": module, "tests": ran, "asks": asks,
                      "constants": book["constants"], "functions": book["functions"], "classes": book["classes"],
                      "calls": {name: [[exact, floats, result] for exact, entries in keys.items()
                                       for floats, result in entries] for name, keys in book["calls"].items()},
@@ -207,6 +218,9 @@ def _merge(old: tuple[dict, list], new: tuple[dict, list]) -> tuple[dict, list]:
     index["instances"].extend(more["instances"])
     index["constants"].update(more["constants"])
     index["tests"] = sorted(set(index["tests"]) | set(more["tests"]))
+    asks = index.setdefault("asks", {})
+    for test, calls in more.get("asks", {}).items():
+        asks[test] = sorted(map(list, {tuple(c) for c in asks.get(test, [])} | {tuple(c) for c in calls}))
     return index, [*arrays, *more_arrays]
 
 
@@ -472,6 +486,24 @@ def not_recorded(item) -> str | None:
         return None
     return ("the release holds no expected values for this test: it did not run where `make release` "
             "recorded them (a GPU test, or one that needs the model, on a machine without)")
+
+
+def asks_of(file: Path) -> dict[str, frozenset[tuple[str, str]]] | None:
+    """``{"test_06_delta_rule.py::test_layer[...]": {(name, key), ...}}``: the calls into
+    other exercises that the solution made in each test when ``file`` was recorded, and the
+    judge answered; None when ``file`` is missing or was recorded before they were kept."""
+    if not file.is_file():
+        return None
+    return _asks_of(file, file.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _asks_of(file: Path, mtime: int) -> dict[str, frozenset[tuple[str, str]]] | None:
+    with np.load(file, allow_pickle=False) as data:
+        index = json.loads(data[INDEX].tobytes().decode())
+    if index.get("format") != FORMAT or not isinstance(index.get("asks"), dict):
+        return None
+    return {test: frozenset((name, key) for name, key in calls) for test, calls in index["asks"].items()}
 
 
 @functools.lru_cache(maxsize=None)

@@ -48,6 +48,19 @@ only what must run beside the notebook's own objects is sent as source
 (:func:`reference_package`), so no contestant holds a function its graders compute
 expected values with.
 
+*An answer is never an oracle.* Where one exercise is another's special case (6.3 is 6.4
+with every gate 0), a stub whose functions call each other would be graded on the
+references. So the judge answers a call only if the *solution* made that same call, with
+bit-equal arguments, in the same test: ``make release`` (:func:`grading.release.record`)
+grades each chapter's solution with the references recorded, and the judge keeps every
+call it answered there, per test, as the name and an exact key of its arguments
+(:func:`grading.judge.expected.ask_key`, in the record ``grading.judge.replay`` writes).
+Any other call is refused (:class:`~grading.contestant.swap.NotAnswered`), and the
+notebook's own function runs instead: a stub's raises ``NotImplementedError``. The record
+is made on this machine, so the solution's float arguments are bit-equal to the ones it
+makes here; :func:`pytest_collection_finish` makes it where it is missing or stale
+(:mod:`grading.judge.answers`).
+
 *Other children.* The book's ``distlab`` runs a notebook's ring on gloo ranks that load it
 themselves; :func:`grading.contestant.swap.swap_in_force` is the swap in force in this
 process, as a plain dict ``{"chapter": stem, "exercise": "7.3"}``, which ``run_on_ranks``
@@ -72,6 +85,7 @@ import pytest
 
 from grading.layout import EXERCISES, TESTS, cell_source, chapter_of_test_file, exercise_of_marker
 from grading.contestant.swap import Beside, Calling, resolve, swap_announced, swap_in
+from grading.judge import answers, replay
 from grading.notebook.regions import replace_regions, stub_lines
 
 STUB_RAISE = re.compile(r"raise NotImplementedError\(\s*['\"]Exercise (\d+\.\d+)\b")
@@ -206,8 +220,29 @@ def _graded_alone(request):
     if chapter_table(chapter.stem) is None or exercise is None:
         yield
         return
-    with swap_announced(chapter.stem, exercise):
+    with answers.running(answers.test_key(request.node)), swap_announced(chapter.stem, exercise):
         yield
+
+
+def pytest_collection_finish(session):
+    """Make the records of the chapters whose tests may ask the judge (once per machine,
+    again when a solution, a grader or a reference changes): at collection, so that no
+    test's timeout pays for it. Not while recording them, and not in the student
+    edition, which has no references to answer with."""
+    if replay.recorder() is not None or replay.in_release():
+        return
+    stems = set()
+    for item in session.items:
+        chapter = chapter_of_test_file(getattr(item, "path", ""))
+        if chapter is None or "nb" not in getattr(item, "fixturenames", ()):
+            continue
+        from grading.layout import exercise_of
+
+        package = reference_package(chapter.stem, exercise_of(item))
+        if package is not None and package["asked"]:
+            stems.add(chapter.stem)
+    for stem in sorted(stems):
+        answers.make_record(stem)
 
 
 # -- the judge and the contestant (grading.judge, grading.contestant.main) --------------------------
@@ -379,12 +414,14 @@ def reference_package(stem: str, exercise: str | None) -> dict | None:
 def judge_answers(stem: str, exercise: str | None) -> dict[str, object]:
     """The references the judge runs for a contestant of ``exercise`` that asks: the
     ``SUBSTITUTES`` functions of the other exercises that :func:`reference_package` does
-    not send. A question about any other name is refused."""
+    not send, each behind :class:`grading.judge.answers.Gate` (only the calls the solution made in the test).
+    A question about any other name is refused."""
     package = reference_package(stem, exercise)
     if package is None:
         return {}
     _, references = chapter_table(stem)
-    return {name: resolve(name if ":" in name else references[name]) for name in package["asked"]}
+    return {name: answers.Gate(stem, name, resolve(name if ":" in name else references[name]))
+            for name in package["asked"]}
 
 
 # -- graded as a whole (the student edition): say when a dependency is the cause ----------------

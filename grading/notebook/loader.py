@@ -230,7 +230,7 @@ def remote_error(exc: BaseException, kind: str = "") -> wire.RemoteError:
         elif isinstance(exc, NotImplementedError):
             kind = "not_implemented"
         elif isinstance(exc, GradingFailure):
-            kind = "grading_failure"
+            kind = getattr(type(exc), "wire_kind", "grading_failure")  # a subclass the other side must tell apart
     if isinstance(exc, NameError) and isinstance(getattr(exc, "name", None), str):
         name = exc.name
     cls = type(exc)
