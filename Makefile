@@ -28,7 +28,7 @@ help:
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make solutions  re-execute solutions/ in place (refreshes their stored outputs)"
 	@echo "make grade SUBMISSIONS=dir  grade a folder of student submissions into _build/grades"
-	@echo "make gradescope [CHAPTERS=1,3] [EXTRA_TESTS=dir] [LATE_PENALTY=0.1:0.5]  the Gradescope autograder: _build/gradescope/autograder.zip"
+	@echo "make gradescope [CHAPTERS=1,3] [EXTRA_TESTS=dir] [LATE_PENALTY=0.1:0.5]  the Gradescope autograder: _build/gradescope/autograder.zip, and the container it needs"
 	@echo "make release    the student edition (book without solutions, exercises, graders): _build/release/ and .zip"
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml

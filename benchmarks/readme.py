@@ -82,6 +82,12 @@ ROWS: list[tuple[tuple[str, ...], str]] = [
     (("mla.cpu_decode_speedup_absorbed",), "naive / absorbed MLA decode on the CPU"),
     (("mla.kv_bytes_per_rank_tp8_over_dcp8",),
      "cache bytes per GPU: tensor parallel / decode context parallel, 8 GPUs"),
+    (tuple(f"gradescope.peak_pss_mib.{stem}" for stem in (
+        "01_kv_memory", "02_paged_kv_cache", "03_quantized_kv_cache", "04_sliding_window_sinks", "05_flash_attention",
+        "06_delta_rule", "07_triton_kernels", "08_model_lab", "09_rope_scaling", "10_context_parallel",
+        "11_sparse_attention", "12_serving", "13_mla")),
+     "the memory each chapter's solution takes in Gradescope's container, Chapters 1 to 13, in MiB; the default "
+     "container holds 732"),
     (("release.reference_source_lines", "release.zip_mib"), "the student edition: reference code shipped; zip size"),
     (("release.diagnose_recall", "release.false_diagnoses"), "catalogue bugs named as themselves from the release"),
 ]
@@ -95,6 +101,8 @@ def fmt_value(record: dict) -> str:
         return f"{value:.4g}x" if 0.99 < value < 1.01 else f"{value:.3g}x"
     if unit == "s":
         return f"{value:.3g} s"
+    if unit == "MiB" and value >= 100:  # memory in whole MiB: 1,356, not 1.36e+03
+        return f"{value:,.0f}"
     if unit == "abs" or (value and abs(value) < 1e-3):
         return f"{value:.1e}"
     return f"{value:.3g}"
