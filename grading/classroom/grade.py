@@ -22,7 +22,7 @@ from pathlib import Path
 from grading.classroom.rows import (CRASHED, MEMORY, MISSING, NOTE, REVIEW, Row, TAMPERED, TIMED_OUT, UNMATCHED,
     crash_text, graded_rows, one_line, zero_rows)
 from grading.layout import EXERCISE_LINE, EXERCISES, ROOT, SOLUTIONS, cell_source
-from grading.classroom.matching import (Chapter, Submission, entry_kind, match_folder,
+from grading.classroom.matching import (Chapter, Submission, entry_kind, match_folder, readable,
                               unpack_zip)
 from grading.notebook.loader import MAX_CAPTURED_CHARS
 from grading.outcome import MESSAGE_CHARS, TestOutcome
@@ -328,6 +328,8 @@ def submission_rows(student: str, sub: Submission, chapters: list[Chapter]) -> l
     rows = []
     if sub.problem:
         rows.append(Row(student, "", "", 0, 0, REVIEW, sub.problem))
+    stems = {c.stem for c in chapters}  # a chapter not graded here is never spoken of
+    rows += [Row(student, "", "", 0, 0, REVIEW, n.text()) for n in sub.not_graded if n.chapter in stems]
     missing_any = any(c.stem not in sub.notebooks for c in chapters)
     for name, reason in sub.unmatched:
         rows.append(Row(student, "", "", 0, 0, REVIEW if missing_any else NOTE,
@@ -355,13 +357,15 @@ def submission_tasks(student: str, sub: Submission, chapters: list[Chapter]) -> 
     return tasks
 
 
-def open_submission(student: str, entry: Path, chapters: list[Chapter], scratch: Path, n: int = 0) -> Submission:
-    """A student's entry (a folder, or a zip unpacked into ``scratch``), matched to chapters.
+def open_submission(student: str, entry: Path, chapters: list[Chapter], scratch: Path, n: int = 0,
+                    attempts: dict | None = None) -> Submission:
+    """A student's entry (a folder, or a zip unpacked into ``scratch``), matched to chapters
+    (``attempts``: an LMS's order of its files, :func:`grading.classroom.matching.match_folder`).
     An entry that is a link, a FIFO or a device, or whose files cannot be read, is a
     problem of this student's (for review), never the class's."""
     kind = entry_kind(entry)
     if kind:
-        return Submission(student, problem=f"{entry.name} {kind}; it is not graded")
+        return Submission(student, problem=f"{readable(entry.name)} {kind}; it is not graded")
     folder, problem = entry, ""
     try:
         if entry.suffix.lower() == ".zip" and entry.is_file():
@@ -370,7 +374,9 @@ def open_submission(student: str, entry: Path, chapters: list[Chapter], scratch:
         # A zip unpacked or an LMS's files gathered (grading.classroom.lms) are our copies, under scratch:
         # what the student reads names their files, never our folders.
         copied = folder.resolve().is_relative_to(scratch.resolve())
-        return Submission(student, problem=problem) if problem else match_folder(student, folder, chapters, copied)
+        if problem:
+            return Submission(student, problem=problem)
+        return match_folder(student, folder, chapters, copied, attempts)
     except OSError as exc:
         return Submission(student, problem=f"the submission's files could not be read ({os_error_text(exc)}); "
                                            "it is not graded")
@@ -379,7 +385,7 @@ def open_submission(student: str, entry: Path, chapters: list[Chapter], scratch:
 def os_error_text(exc: OSError) -> str:
     """An OSError as a student may read it: what went wrong and the file's name, without
     the folder (a scratch folder of ours, or the instructor's)."""
-    name = Path(exc.filename).name if getattr(exc, "filename", None) else ""
+    name = readable(Path(exc.filename).name) if getattr(exc, "filename", None) else ""
     return f"{exc.strerror or type(exc).__name__}" + (f": {name}" if name else "")
 
 

@@ -24,7 +24,14 @@ examples):
   ``{full name}_{participant id}_assignsubmission_file_{file name}``.
 - **Blackboard** (Grade Centre > Assignment File Download), flat files
   ``{assignment}_{user name}_attempt_{YYYY-MM-DD-HH-MM-SS}_{file name}``, beside one
-  ``.txt`` receipt per attempt (ignored). Several attempts: the latest counts.
+  ``.txt`` receipt per attempt (ignored).
+
+A student's files are ordered by what their names say (:class:`grading.classroom.matching.Attempt`):
+Canvas's attachment id (Canvas numbers uploads in order, so a resubmission's file, and a
+later download's, has the higher one), Blackboard's attempt time. For each chapter the
+newest file is graded, whatever the others are called, and every other one is listed for
+review (:func:`grading.classroom.matching.match_folder`); so a later download unpacked over
+the first into the same folder is graded as the later one. Moodle's names carry no time.
 
 :func:`gather` turns such files into one folder per student (copies, in a scratch folder)
 and gives, per student, the keys the roster is matched on (the name part and the LMS's
@@ -40,6 +47,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from grading.classroom.matching import Attempt, name_problem, readable
 from grading.notebook.untrusted import copy_one_untrusted, copy_untrusted, entry_kind
 
 # Each layout is read anchored (fullmatch: no trailing newline slips past ``$``), and both
@@ -67,6 +75,8 @@ LAYOUTS = (("moodle", MOODLE), ("moodle", MOODLE_LONGEST), ("blackboard", BLACKB
            ("blackboard", BLACKBOARD_LONGEST), ("canvas", CANVAS), ("canvas", CANVAS_LONGEST),
            ("canvas", CANVAS_ANONYMOUS))
 ATTEMPT_FORMAT = "%Y-%m-%d-%H-%M-%S"
+# Canvas's mark of a later upload of a file of one name: ``-N`` before the extension.
+CANVAS_COPY = re.compile(r"(?P<stem>.+)-(?P<copy>\d+)(?P<ext>\.[^.-]+)")
 # What Canvas's sanitising never leaves in a name: a run of digits between underscores (or
 # at its end, before the user id's underscore); and what reads as a mark, not a name: a
 # trailing late mark, a leading ``anon`` (an anonymous submission's prefix).
@@ -95,6 +105,18 @@ class LmsFile:
     user_id: str = ""
     late: bool = False  # Canvas's LATE_ mark
     attempt: datetime | None = None
+    attachment_id: str = ""  # Canvas's id of the uploaded file: higher, uploaded later
+
+    def order(self) -> Attempt | None:
+        """When this file was handed in, as :class:`Attempt` orders files; None where the
+        name does not say (Moodle)."""
+        if self.attempt is not None:
+            return Attempt((self.attempt,), f"Blackboard attempt of {self.attempt:%Y-%m-%d %H:%M:%S}")
+        if not self.attachment_id:
+            return None
+        m = CANVAS_COPY.fullmatch(self.file_name)
+        base, copy = (m["stem"] + m["ext"], int(m["copy"])) if m else (self.file_name, 0)
+        return Attempt((int(self.attachment_id),), f"Canvas attachment {self.attachment_id}", base, copy)
 
 
 def readings(name: str) -> list[LmsFile]:
@@ -116,7 +138,8 @@ def readings(name: str) -> list[LmsFile]:
                 continue
             info = LmsFile("blackboard", m["student"], m["file"] or "", "", attempt=attempt)
         elif "anonymous_id" in pattern.groupindex:
-            info = LmsFile("canvas", f"anon_{m['anonymous_id']}", m["file"], "", late=bool(m["late"]))
+            info = LmsFile("canvas", f"anon_{m['anonymous_id']}", m["file"], "", late=bool(m["late"]),
+                           attachment_id=m["attachment_id"])
             found.append((m.end("anonymous_id"), info))
             continue
         else:
@@ -124,7 +147,7 @@ def readings(name: str) -> list[LmsFile]:
                 continue
             # One student whether the unzipping wrote the name composed (NFC) or not (macOS: NFD).
             info = LmsFile("canvas", unicodedata.normalize("NFC", m["student"]), m["file"], m["user_id"],
-                           late=bool(m["late"]))
+                           late=bool(m["late"]), attachment_id=m["attachment_id"])
         found.append((m.end("student"), info))
     out: list[LmsFile] = []
     for _, info in sorted(found, key=lambda f: f[0]):
@@ -163,6 +186,8 @@ class LmsStudent:
     attempt: datetime | None = None  # the latest attempt's time (Blackboard)
     files: list[str] = field(default_factory=list)  # the download's names, for messages
     problems: list[str] = field(default_factory=list)  # for needs_review.md
+    # When each copied file was handed in, by its path under ``folder`` (matching.match_folder)
+    attempts: dict[str, Attempt] = field(default_factory=dict)
 
 
 def gather(submissions: Path, scratch: Path) -> tuple[list[LmsStudent], set[str]]:
@@ -172,18 +197,41 @@ def gather(submissions: Path, scratch: Path) -> tuple[list[LmsStudent], set[str]
     Only notebooks and zips are taken; Blackboard's receipts and other files stay out.
     A name that reads two ways (two layouts, or another student's or a later attempt
     inside the file name) is not graded as anyone's: its uploader (the first reading)
-    gets a problem for review. A link, a FIFO or a device is never read or followed,
-    at the top or inside a Moodle folder."""
+    gets a problem for review; so does a name that is not UTF-8 (read in its
+    :func:`grading.classroom.matching.readable` form). A link, a FIFO or a device is never
+    read or followed, at the top or inside a Moodle folder."""
+    groups, problems, taken = _groups(submissions)
+    out, names = [], set()
+    for (lms, student, user_id), files in sorted(groups.items()):
+        name = student if sum(k[1] == student for k in groups) == 1 else f"{student}_{user_id or lms}"
+        while name in names:  # two students' names made equal by the suffix: never one entry for both
+            name += "_"
+        names.add(name)
+        latest = max((i.attempt for _, i in files if i.attempt), default=None)
+        keys = [k for k in (student, user_id) if k]
+        found = LmsStudent(name, files[0][0] if files else scratch, lms, keys, any(i.late for _, i in files), latest,
+                           [readable(p.name) for p, _ in files], problems.get((lms, student, user_id), []))
+        # One Moodle folder, or one zip the student handed in: the entry itself, as for
+        # make grade's own layout. Otherwise the student's notebooks are copied together.
+        if not (len(files) == 1 and (files[0][0].is_dir() or files[0][0].suffix.lower() == ".zip")):
+            _gather_copies(files, found, scratch)
+        out.append(found)
+    return out, taken
+
+
+def _groups(submissions: Path) -> tuple[dict, dict, set[str]]:
+    """The LMS-named entries of ``submissions`` by (lms, student, user id): their files with
+    what each name says, the problems of each (for review), and the entry names taken."""
     groups: dict[tuple[str, str, str], list[tuple[Path, LmsFile]]] = {}
     problems: dict[tuple[str, str, str], list[str]] = {}
     taken: set[str] = set()
     for entry in sorted(submissions.iterdir()):
-        found = readings(entry.name)
+        shown = readable(entry.name)
+        found = readings(shown)
         if not found or entry.name.startswith("."):
             continue
         info = found[0]
-        kind = entry_kind(entry)
-        if kind:
+        if entry_kind(entry):
             continue  # never read as the file it names (list_students ignores it, saying so)
         if entry.is_dir() and not (info.lms == "moodle" and info.file_name == ""):
             continue  # a folder that only looks like a file name: an ordinary student folder
@@ -193,50 +241,48 @@ def gather(submissions: Path, scratch: Path) -> tuple[list[LmsStudent], set[str]
             continue
         taken.add(entry.name)
         key = (info.lms, info.student, info.user_id)
+        groups.setdefault(key, [])
+        if name_problem(entry.name):
+            problems.setdefault(key, []).append(name_problem(entry.name))
         if len(found) > 1:
-            groups.setdefault(key, [])
             problems.setdefault(key, []).append(
-                f"{entry.name} reads as more than one LMS name ({'; '.join(map(_reading_text, found))}); "
+                f"{shown} reads as more than one LMS name ({'; '.join(map(_reading_text, found))}); "
                 "it is not graded as anyone's: find whose it is and grade it by hand")
             continue
-        groups.setdefault(key, []).append((entry, info))
-    out, names = [], set()
-    for (lms, student, user_id), files in sorted(groups.items()):
-        name = student if sum(k[1] == student for k in groups) == 1 else f"{student}_{user_id or lms}"
-        while name in names:  # two students' names made equal by the suffix: never one entry for both
-            name += "_"
-        names.add(name)
-        latest = max((i.attempt for _, i in files if i.attempt), default=None)
-        if lms == "blackboard":  # only the latest attempt's files count
-            files = [(p, i) for p, i in files if i.attempt == latest]
-        keys = [k for k in (student, user_id) if k]
-        found = LmsStudent(name, files[0][0] if files else scratch, lms, keys, any(i.late for _, i in files), latest,
-                           [p.name for p, _ in files], problems.get((lms, student, user_id), []))
-        # One Moodle folder, or one zip the student handed in: the entry itself, as for
-        # make grade's own layout. Otherwise the student's notebooks are copied together.
-        if not (len(files) == 1 and (files[0][0].is_dir() or files[0][0].suffix.lower() == ".zip")):
-            found.folder = scratch / "lms" / re.sub(r"[^A-Za-z0-9]+", "_", name)
-            while found.folder.exists():
-                found.folder = found.folder.with_name(found.folder.name + "_")
-            found.folder.mkdir(parents=True)
-            try:
-                _copy(files, found)
-            except OSError as exc:  # this student's download, not the class's
-                why = exc.strerror or type(exc).__name__
-                found.problems.append(f"the files of {name} could not be copied ({why}"
-                                      + (f": {Path(exc.filename).name})" if exc.filename else ")"))
-        out.append(found)
-    return out, taken
+        groups[key].append((entry, info))
+    return groups, problems, taken
+
+
+def _gather_copies(files: list[tuple[Path, LmsFile]], found: LmsStudent, scratch: Path) -> None:
+    """``found``'s files copied into a folder of its own under ``scratch`` (``found.folder``);
+    a file that cannot be copied is this student's problem, not the class's."""
+    found.folder = scratch / "lms" / re.sub(r"[^A-Za-z0-9]+", "_", found.name)
+    while found.folder.exists():
+        found.folder = found.folder.with_name(found.folder.name + "_")
+    found.folder.mkdir(parents=True)
+    try:
+        _copy(files, found)
+    except OSError as exc:  # this student's download, not the class's
+        why = exc.strerror or type(exc).__name__
+        found.problems.append(f"the files of {found.name} could not be copied ({why}"
+                              + (f": {readable(Path(exc.filename).name)})" if exc.filename else ")"))
 
 
 def _copy(files: list[tuple[Path, LmsFile]], found: LmsStudent) -> None:
     """The student's notebooks and Moodle folders into ``found.folder``, as untrusted
-    files: what is not a regular file is left out and named in ``found.problems``."""
+    files, each notebook with when its name says it was handed in (``found.attempts``):
+    what is not a regular file, and a zip beside other files, is left out and named in
+    ``found.problems``."""
     for n, (path, info) in enumerate(files):
         if path.is_dir():  # Moodle folders beside flat files of the same student
             for rel, kind in copy_untrusted(path, found.folder / f"{n:03d}"):
-                found.problems.append(f"{path.name}/{rel} {kind}; it is not graded")
-        elif path.suffix.lower() == ".ipynb":  # (a zip beside notebooks is not unpacked)
+                found.problems.append(f"{readable(path.name)}/{readable(str(rel))} {kind}; it is not graded")
+        elif path.suffix.lower() == ".ipynb":
             target = found.folder / f"{n:03d}" / info.file_name
             target.parent.mkdir(parents=True, exist_ok=True)
             copy_one_untrusted(path, target)  # in chunks; its size is ruled on when it is graded
+            if info.order() is not None:
+                found.attempts[str(target.relative_to(found.folder))] = info.order()
+        else:  # a zip beside notebooks: which of its notebooks is which attempt, no name says
+            found.problems.append(f"{readable(path.name)} is a zip handed in beside other files; it is not "
+                                  "unpacked or graded: unpack it into its own folder if it is the work to grade")

@@ -11,6 +11,7 @@ import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 
+from grading.classroom.matching import readable
 from grading.outcome import (MESSAGE_CHARS, Status, TestOutcome, clip, describe_signal,
                              earned, exercise_status)
 
@@ -48,8 +49,10 @@ PLAIN_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 def csv_cell(value) -> str:
     """``value`` as one CSV cell that no spreadsheet runs: text beginning with ``=``, ``+``,
     ``-``, ``@``, a tab, a carriage return or ``'`` gets a leading ``'``; a plain number
-    (``-2.5``: a late penalty, a negative score) is left a number. :func:`csv_value` undoes it."""
-    text = "" if value is None else str(value)
+    (``-2.5``: a late penalty, a negative score) is left a number. :func:`csv_value` undoes it.
+    A name's byte that is not UTF-8 is written ``\\xNN`` (:func:`grading.classroom.matching.readable`):
+    names are made readable where they are read, and no cell can stop the file being written."""
+    text = readable("" if value is None else str(value))
     if text.startswith(FORMULA_START) and not PLAIN_NUMBER.fullmatch(text):
         return "'" + text
     return text
