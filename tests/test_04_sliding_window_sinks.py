@@ -154,23 +154,38 @@ def test_ring_window_contents(nb, name, window, chunks):
 @pytest.mark.points(2)
 @pytest.mark.parametrize("name,window,chunks", RING_CASES, ids=[c[0] for c in RING_CASES])
 def test_ring_writes_in_place_at_slot_p_mod_w(nb, name, window, chunks):
-    """The buffers are allocated once, (B, H_kv, W, d), and position p sits in slot p % W."""
+    """The buffers are (B, H_kv, W, d), and position p sits in slot p % W."""
     ks, vs = stream(B, HKV, sum(chunks), D)
     cache = nb.RingKVCache(B, HKV, window, D)
     assert_equal(tuple(cache.k.shape), (B, HKV, window, D), f"RingKVCache({B}, {HKV}, {window}, {D}).k.shape")
-    pointers = (data_ptr(cache, "k"), data_ptr(cache, "v"))
 
     def check(seen, done):
         label = f"RingKVCache(window={window}) {done}"
-        if (data_ptr(cache, "k"), data_ptr(cache, "v")) != pointers:
-            raise GradingFailure(f"{label}: cache.k or cache.v was reallocated; append must write into the "
-                                 "buffers allocated in __init__ (no torch.cat, no new tensor)")
         kept = ref.kept_positions(seen, window)
         slots = [p % window for p in kept]
         assert_close(cache.k[:, :, slots], ks[:, :, kept], f"{label}: cache.k[:, :, p % W] for the kept positions p",
                      atol=0, what="the buffer slots (token p belongs in slot p % W)")
         assert_close(cache.v[:, :, slots], vs[:, :, kept], f"{label}: cache.v[:, :, p % W] for the kept positions p",
                      atol=0, what="the buffer slots (token p belongs in slot p % W)")
+
+    _run_cache(cache, chunks, ks, vs, check)
+
+
+@pytest.mark.ex4_2
+@pytest.mark.points(0.5)
+@pytest.mark.parametrize("name,window,chunks", RING_CASES, ids=[c[0] for c in RING_CASES])
+def test_ring_buffers_are_never_reallocated(nb, name, window, chunks):
+    """append writes into the buffers allocated in __init__. Where a tensor keeps its memory
+    is seen only inside the notebook's process, which could lie about it: this check is
+    worth half a point (docs/security.md, "What is still trusted")."""
+    ks, vs = stream(B, HKV, sum(chunks), D)
+    cache = nb.RingKVCache(B, HKV, window, D)
+    pointers = (data_ptr(cache, "k"), data_ptr(cache, "v"))
+
+    def check(seen, done):
+        if (data_ptr(cache, "k"), data_ptr(cache, "v")) != pointers:
+            raise GradingFailure(f"RingKVCache(window={window}) {done}: cache.k or cache.v was reallocated; append "
+                                 "must write into the buffers allocated in __init__ (no torch.cat, no new tensor)")
 
     _run_cache(cache, chunks, ks, vs, check)
 
@@ -249,14 +264,27 @@ def test_sink_cache_is_preallocated(nb, name, num_sink, window, chunks):
     label = f"SinkKVCache(window={window}, num_sink={num_sink})"
     assert_equal(tuple(cache.sink_k.shape), (B, HKV, num_sink, D), f"{label}.sink_k.shape")
     assert_equal(tuple(cache.recent.k.shape), (B, HKV, window, D), f"{label}.recent.k.shape")
+
+    def check(seen, done):
+        sinks = ref.kept_positions(min(seen, num_sink), num_sink)
+        assert_close(cache.sink_k[:, :, :len(sinks)], ks[:, :, sinks], f"{label}.sink_k {done}", atol=0)
+
+    _run_cache(cache, chunks, ks, vs, check)
+
+
+@pytest.mark.ex4_3
+@pytest.mark.points(0.5)
+@pytest.mark.parametrize("name,num_sink,window,chunks", SINK_CASES[:4], ids=[c[0] for c in SINK_CASES[:4]])
+def test_sink_cache_buffers_are_never_reallocated(nb, name, num_sink, window, chunks):
+    """Seen only inside the notebook's process, which could lie about it: worth half a
+    point (docs/security.md, "What is still trusted")."""
+    ks, vs = stream(B, HKV, sum(chunks), D, seed=1)
+    cache = nb.SinkKVCache(B, HKV, window, D, num_sink=num_sink)
     pointers = tuple(data_ptr(cache, a) for a in ("sink_k", "sink_v", "recent.k", "recent.v"))
 
     def check(seen, done):
-        now = tuple(data_ptr(cache, a) for a in ("sink_k", "sink_v", "recent.k", "recent.v"))
-        if now != pointers:
-            raise GradingFailure(f"{label} {done}: a buffer was reallocated")
-        sinks = ref.kept_positions(min(seen, num_sink), num_sink)
-        assert_close(cache.sink_k[:, :, :len(sinks)], ks[:, :, sinks], f"{label}.sink_k {done}", atol=0)
+        if tuple(data_ptr(cache, a) for a in ("sink_k", "sink_v", "recent.k", "recent.v")) != pointers:
+            raise GradingFailure(f"SinkKVCache(window={window}, num_sink={num_sink}) {done}: a buffer was reallocated")
 
     _run_cache(cache, chunks, ks, vs, check)
 

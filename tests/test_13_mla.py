@@ -15,7 +15,7 @@ import torch
 
 from distlab.launch import RanksFailed, raise_for_failures
 from grading.compare import GradingFailure, assert_close, assert_equal, assert_raises, call_text
-from grading.judge import run_ranks
+from grading.judge import Unmeasurable, peak_memory, run_ranks
 from tests.references import ref_13_mla as ref
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
@@ -117,6 +117,43 @@ def test_mla_attention_naive_rejects_bad_input(nb, index):
 @pytest.mark.parametrize("case", MLA_CASES, ids=[c[0] for c in MLA_CASES])
 def test_mla_attention_absorbed(nb, case, dtype_name):
     check_mla(nb, "mla_attention_absorbed", case, dtype_name)
+
+
+# Memory, measured by the judge from outside the notebook's process (grading.judge.measure):
+# a long cache and many heads, so that up-projecting it (K and V for every head, 13.1's
+# way) is 128 MiB each, while the absorbed decode needs the 2 MiB latent cache, scores of
+# 4 MiB and a few MiB beside them.
+# (B, H, N_q, N, r, d_nope, d_rope, d_v)
+ABSORBED_MEMORY_CASE = (1, 64, 1, 16384, 32, 32, 2, 32)
+ABSORBED_MEMORY_ALLOWED = 80 * 2**20  # held and added during the call
+CHECKED_HEADS = 2  # compared with the reference (all of them would cost it the up-projection)
+
+
+@pytest.mark.ex13_2
+@pytest.mark.points(2)
+def test_mla_attention_absorbed_never_up_projects_the_cache(nb):
+    """The absorbed decode attends over the latent cache itself: no (B, H, N, d) keys or values."""
+    B, H, N_q, N, r, d_nope, d_rope, d_v = ABSORBED_MEMORY_CASE
+    args = mla_inputs(B, H, N_q, N, r, d_nope, d_rope, d_v, torch.float32, seed=3)
+    call = call_text("mla_attention_absorbed", *args)
+    try:
+        with peak_memory(nb) as peak:
+            got = nb.mla_attention_absorbed(*args)
+    except Unmeasurable as exc:
+        pytest.skip(f"memory cannot be measured here: {exc}")
+    q_nope, q_pe, c_kv, k_pe, w_uk, w_uv = args
+    heads = slice(0, CHECKED_HEADS)
+    expected = ref.mla_attention_fp64(q_nope[:, heads], q_pe[:, heads], c_kv, k_pe, w_uk[heads], w_uv[heads])
+    got_heads = got[:, heads] if isinstance(got, torch.Tensor) and got.dim() == 4 else got
+    assert_close(got_heads, expected, call, atol=ATOL[torch.float32], rtol=RTOL[torch.float32], dtype=torch.float32,
+                 what=f"the first {CHECKED_HEADS} heads")
+    if peak.bytes > ABSORBED_MEMORY_ALLOWED:
+        mib = 2**20
+        raise GradingFailure(
+            f"{call} used {peak.bytes / mib:.0f} MiB ({peak.held / mib:.0f} MiB held when it started, "
+            f"{peak.charged / mib:.0f} MiB more at its peak, measured by the {peak.how}); the keys up-projected "
+            f"from the cache are {B * H * N * d_nope * 4 / mib:.0f} MiB, and attending over the latent cache "
+            f"itself needs no more than {ABSORBED_MEMORY_ALLOWED / mib:.0f} MiB")
 
 
 @pytest.mark.ex13_2
