@@ -52,7 +52,8 @@ from grading.classroom.exports import (canvas_columns, match_roster, read_canvas
 from grading.classroom.rows import NOTE, REVIEW, Row, partial_chapters
 from grading.proc import sandbox
 from grading.layout import GRADES, discover_chapters
-from grading.classroom.matching import (list_students, submission_digest)
+from grading.classroom.matching import (list_students, name_problem, submission_digest)
+from grading.classroom.sheets import StudentKeys
 from grading.classroom.grade import (GradeConfig, Grader, Task, fingerprint, hidden_tests, open_submission,
                                      os_error_text,
                                      submission_rows, submission_tasks)
@@ -260,7 +261,7 @@ def _moved_columns(args, old: policy.Policy, graded: list[str], columns: dict) -
 
 def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) -> int:
     """The run of :func:`main` once its inputs are read: match, choose the chapters, grade, write."""
-    from grading.classroom import lms
+    from grading.classroom import late, lms
 
     lms_students, taken = lms.gather(args.submissions, scratch)
     students, ignored = list_students(args.submissions, skip=taken)
@@ -272,7 +273,10 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
                      "(Canvas, Moodle, Blackboard); it is not graded" for name in ignored]
     for line in ignored_lines:
         print(line, file=sys.stderr)
-    subs = {student: open_submission(student, entry, chapters, scratch, n)
+    # Matched against every chapter: a notebook of one that --chapters skips is that chapter's,
+    # never "not matched" in the feedback. An LMS's names order a student's attempts.
+    subs = {student: open_submission(student, entry, discover_chapters(), scratch, n,
+                                     lms_info[student].attempts if student in lms_info else None)
             for n, (student, entry) in enumerate(students)}
     if args.chapters:
         why = "chosen with --chapters"
@@ -297,7 +301,14 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
         print(f"canvas: {line}", file=sys.stderr)
     matched, roster_problems = match_roster([s for s, _ in students], roster,
                                             {x.name: x.keys for x in lms_students}) if roster else ({}, [])
-    overrides = gb.resolve_override_students(overrides, [s for s, _ in students], matched)
+    try:  # a sheet's line that names no student, or two, stops the run before grading
+        aliases = {x.name: x.keys for x in lms_students}
+        overrides = gb.resolve_override_students(overrides, [s for s, _ in students], matched, aliases, roster)
+        submitted = late.resolve_submitted(submitted, StudentKeys([s for s, _ in students], matched, aliases, roster),
+                                           late.submitted_where(args.submitted))
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     lateness = lateness_of(args, [s for s, _ in students], lms_info, submitted, matched)
     names = [s for s, _ in students]
 
@@ -347,6 +358,8 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
                 rows += [Row(student, "", "", 0, 0, REVIEW, p) for p in lms_info[student].problems]
             if regraded:
                 rows.append(Row(student, "", "", 0, 0, NOTE, f"regraded: {regraded.split(';')[0]}"))
+            if student not in lms_info and name_problem(entry.name):  # an LMS's entries: its problems
+                rows.append(Row(student, "", "", 0, 0, REVIEW, name_problem(entry.name)))
             book.add(student, "", rows)
         tasks += [t for t in submission_tasks(student, sub, chapters)
                   if gb.task_id(student, t.chapter.stem) not in book.done]

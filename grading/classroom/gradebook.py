@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading.outcome import FOR_REVIEW
-from grading.classroom.exports import Student, name_key
+from grading.classroom.matching import readable
+from grading.classroom.sheets import StudentKeys
 from grading.classroom.rows import (CRASHED, FIELDS, MEMORY, MISSING, NOTE, OVERRIDDEN, PASSED, REVIEW, Row,
                                     TAMPERED, TIMED_OUT, UNMATCHED, csv_value, exercise_order, graded_chapters, num,
                                     one_line)
@@ -92,8 +93,8 @@ class Gradebook:
                           and task_id(r.student, r.chapter) not in covered and r.status != OVERRIDDEN
                           and not (r.status == NOTE and r.message.startswith(LATE_NOTE))]
             if self.hashes_path.exists():
-                self.hashes = dict(line.split("\t", 1) for line in self.hashes_path.read_text().splitlines()
-                                   if "\t" in line)
+                self.hashes = dict(line.split("\t", 1) for line in
+                                   self.hashes_path.read_text(encoding="utf-8").splitlines() if "\t" in line)
             if chapters is not None:
                 before = self.chapters_path.read_text().split() if self.chapters_path.exists() else None
                 keep = set(chapters) | ({""} if before is not None and sorted(before) == sorted(chapters) else set())
@@ -114,7 +115,8 @@ class Gradebook:
 
     def _write_hashes(self):
         tmp = self.hashes_path.with_name(".hashes.tmp")
-        tmp.write_text("".join(f"{s}\t{h}\n" for s, h in sorted(self.hashes.items())))
+        # Students are named by matching.readable names, so UTF-8 holds every one, whatever the locale.
+        tmp.write_text("".join(f"{s}\t{h}\n" for s, h in sorted(self.hashes.items())), encoding="utf-8")
         os.replace(tmp, self.hashes_path)
 
     def changed(self, student: str, digest: str) -> str:
@@ -248,8 +250,7 @@ def apply_overrides(rows: list[Row], overrides: list[Override]) -> tuple[list[Ro
         if not hits:
             if not any(r.student == o.student for r in out):
                 problems.append(f"override on line {o.line} ({o.student}, {o.exercise}) matches no submission: "
-                                f"{o.student!r} is neither a submission's name nor the roster id, email or name "
-                                "of one (--roster); not applied")
+                                f"{o.student!r} names a roster entry that handed in nothing; not applied")
             else:
                 problems.append(f"override on line {o.line} ({o.student}, {o.exercise}) matches no graded exercise")
             continue
@@ -266,26 +267,20 @@ def apply_overrides(rows: list[Row], overrides: list[Override]) -> tuple[list[Ro
     return out, problems
 
 
-def resolve_override_students(overrides: list[Override], submissions: list[str],
-                              matched: dict[str, "Student"]) -> list[Override]:
+def resolve_override_students(overrides: list[Override], submissions: list[str], matched: dict | None = None,
+                              aliases: dict[str, list[str]] | None = None, roster: list = ()) -> list[Override]:
     """Overrides with each student written as the submission's name: an override may name
-    the student by the submission's name, or by the roster entry matched to it (any of its
-    id columns, :meth:`Student.keys`: Canvas's ``ID``, ``SIS User ID``, ``SIS Login ID``;
-    its email, the part of the email before ``@``, or name; case and punctuation ignored).
-    One that names neither, or a roster key that fits several submissions, is kept as
-    written, and :func:`apply_overrides` says it matches nothing."""
-    names = set(submissions)
-    by_key: dict[str, set[str]] = {}
-    for folder, s in matched.items():
-        for k in s.keys():
-            if k:
-                by_key.setdefault(name_key(k), set()).add(folder)
+    the student by any key :class:`grading.classroom.sheets.StudentKeys` reads of the
+    ``submissions`` (their names, ``aliases`` from an LMS's names, and the ids of the
+    ``roster`` entry ``matched`` to each: Canvas's ``ID``, ``SIS User ID``, ``SIS Login ID``...).
+    One naming a roster entry with no submission is kept as written, and
+    :func:`apply_overrides` says it matches nothing. Raises ValueError naming the line of
+    a key that names no student, or several."""
+    keys = StudentKeys(submissions, matched, aliases, roster)
     out = []
     for o in overrides:
-        fits = by_key.get(name_key(o.student), set())
-        if o.student not in names and len(fits) == 1:
-            o = Override(next(iter(fits)), o.exercise, o.points, o.reason, o.line)
-        out.append(o)
+        student = keys.resolve(o.student, f"--overrides, line {o.line}")
+        out.append(Override(student, o.exercise, o.points, o.reason, o.line) if student else o)
     return out
 
 
@@ -379,7 +374,7 @@ def write_feedback(out: Path, student: str, rows: list[Row]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     safe = re.sub(r"[^\w.@+-]+", "_", student) or "student"
     path = folder / f"{safe}.md"
-    path.write_text(feedback_markdown(student, rows), encoding="utf-8")
+    path.write_text(readable(feedback_markdown(student, rows)), encoding="utf-8")  # no name stops the class
     return path
 
 
@@ -409,5 +404,5 @@ def write_review_list(out: Path, rows: list[Row], sandbox_line: str = "", extra:
         what = [e for e in exercises if e]
         where = (chapter or "submission") + (f" ({', '.join(what)})" if what else "")
         lines.append(f"- **{student}**, {where}: {status}. {message}")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path.write_text(readable("\n".join(lines) + "\n"), encoding="utf-8")  # no name stops the class
     return path

@@ -11,7 +11,8 @@ sets the points after the penalty, so it wins.
 Where the submission time comes from: Gradescope's ``submission_metadata.json``
 (``created_at``, and the due date the student was given: ``users[].assignment.due_date``
 where Gradescope holds an extension, else ``assignment.due_date``); for the batch, a
-``submitted.csv`` (``--submitted``: ``student,submitted``, ISO times), or what an LMS's
+``submitted.csv`` (``--submitted``: ``student,submitted``, ISO times; a student named by
+the submission's name or any roster id, :mod:`grading.classroom.sheets`), or what an LMS's
 file names say (Blackboard's attempt time; Canvas's ``LATE_`` mark, which says late but
 not how late: one day, unless ``submitted.csv`` gives the time). File modification times
 are not used: a download, a copy or an unzip resets them.
@@ -134,22 +135,61 @@ def apply(rows: list, late: Lateness | None) -> list:
     return out
 
 
-def read_submitted(path: Path) -> dict[str, datetime]:
-    """``submitted.csv``: the header ``student,submitted`` (the submission's name or a roster
-    id; an ISO time). Raises ValueError naming the line of a bad entry."""
+def _submitted_lines(path: Path) -> list[tuple[int, str, datetime]]:
+    """(line, student key, time) of every entry of ``submitted.csv``. Raises ValueError
+    naming the line of a bad entry."""
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
         header = [(h or "").strip().lower() for h in reader.fieldnames or []]
         if "student" not in header or "submitted" not in header:
             raise ValueError(f"{path}: the header must name student and submitted (got {reader.fieldnames})")
-        out = {}
+        out = []
         for n, raw in enumerate(reader, start=2):
             d = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items() if k}
             if not any(d.values()):
                 continue
             if not d["student"]:
                 raise ValueError(f"{path}, line {n}: the student is empty")
-            out[d["student"]] = parse_time(d["submitted"], f"{path}, line {n}")
+            out.append((n, d["student"], parse_time(d["submitted"], f"{path}, line {n}")))
+    return out
+
+
+def read_submitted(path: Path) -> dict[str, datetime]:
+    """``submitted.csv``: the header ``student,submitted`` (the submission's name or any
+    roster id, :mod:`grading.classroom.sheets`; an ISO time), as {student key: time}.
+    Raises ValueError naming the line of a bad entry, or of a key given twice."""
+    out: dict[str, datetime] = {}
+    first: dict[str, int] = {}
+    for n, key, when in _submitted_lines(path):
+        if key in out and out[key] != when:
+            raise ValueError(f"{path}, line {n}: {key!r} has another time on line {first[key]}")
+        out[key], first[key] = when, first.get(key, n)
+    return out
+
+
+def submitted_where(path: Path | None) -> dict[str, str]:
+    """{student key: "FILE, line N"} of ``submitted.csv``, for messages (empty without one)."""
+    return {key: f"--submitted {path.name}, line {n}" for n, key, _ in _submitted_lines(path)} if path else {}
+
+
+def resolve_submitted(times: dict[str, datetime], keys, where: dict[str, str] | None = None
+                      ) -> dict[str, datetime]:
+    """``times`` ({student key: time}, :func:`read_submitted`) as {submission: time}, each
+    key resolved by ``keys`` (:class:`grading.classroom.sheets.StudentKeys`); a key of a
+    roster entry with no submission is left out. ``where``: each key's line, for messages.
+    Raises ValueError naming the line of a key that names no student or several, or of
+    two keys that give one submission different times."""
+    where = where or {}
+    out: dict[str, datetime] = {}
+    said: dict[str, str] = {}
+    for key, when in times.items():
+        line = where.get(key, f"--submitted, student {key!r}")
+        student = keys.resolve(key, line)
+        if student is None:
+            continue
+        if student in out and out[student] != when:
+            raise ValueError(f"{line}: {key!r} gives {student} another time than {said[student]}")
+        out[student], said[student] = when, line
     return out
 
 

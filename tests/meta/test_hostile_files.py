@@ -83,11 +83,12 @@ from pathlib import Path  # noqa: E402
 
 from grading.classroom import gradebook as gb  # noqa: E402
 from grading.classroom.exports import Student, write_canvas, write_wide  # noqa: E402
-from grading.classroom.rows import FAILED, OVERRIDDEN, PASSED, PLAIN_NUMBER, Row, csv_cell, csv_value  # noqa: E402
+from grading.classroom.rows import (FAILED, OVERRIDDEN, PASSED, PLAIN_NUMBER, REVIEW, Row, csv_cell,  # noqa: E402
+                                    csv_value)
 from grading.classroom import lms  # noqa: E402
 from grading.layout import EXERCISES, SOLUTIONS, discover_chapters  # noqa: E402
-from grading.classroom.matching import (list_students, match_folder, read_untrusted, submission_digest,  # noqa: E402
-                              unpack_zip, walk_untrusted)
+from grading.classroom.matching import (list_students, match_folder, name_problem, read_untrusted,  # noqa: E402
+                                        submission_digest, unpack_zip, walk_untrusted)
 
 STEM = "01_kv_memory"
 SOLVED, UNSOLVED = SOLUTIONS / f"{STEM}.ipynb", EXERCISES / f"{STEM}.ipynb"
@@ -218,6 +219,44 @@ def test_a_link_inside_a_zip_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+# -- names that are bytes, not text -----------------------------------------------------------------
+NOT_UTF8 = b"ren\xe9"  # Latin-1 "rené": an old zip tool or a git clone writes a name as the bytes it holds
+NOT_UTF8_SHOWN = "ren\\xe9"  # how every file written names that student
+
+
+def test_a_name_that_is_not_utf8_is_graded_under_an_escaped_name(tmp_path):
+    """A folder, a file in it and an LMS's file name that are not UTF-8 are read as
+    ``\\xNN`` text: listed, hashed, matched and written to every gradebook file (where the
+    class used to stop), and the names go to review."""
+    subs = tmp_path / "subs"
+    raw = os.fsencode(subs)
+    os.makedirs(os.path.join(raw, NOT_UTF8))
+    shutil.copyfile(UNSOLVED, os.path.join(raw, NOT_UTF8, os.fsencode(f"{STEM}.ipynb")))
+    shutil.copyfile(UNSOLVED, os.path.join(raw, NOT_UTF8, b"notes\xff.ipynb"))
+    shutil.copyfile(UNSOLVED, os.path.join(raw, b"Ren\xe9 Roe_7_assignsubmission_file_" + os.fsencode(f"{STEM}.ipynb")))
+    found, taken = lms.gather(subs, tmp_path / "scratch")
+    (moodle,) = found
+    assert moodle.name == "Ren\\xe9 Roe" and "is not UTF-8 text" in moodle.problems[0], moodle
+    students, ignored = list_students(subs, skip=taken)
+    ((name, entry),) = students
+    assert name == NOT_UTF8_SHOWN and os.fsencode(entry.name) == NOT_UTF8 and not ignored
+    assert "not UTF-8 text" in name_problem(entry.name) and not name_problem("rené")
+    sub = match_folder(name, entry, CHAPTERS)
+    assert STEM in sub.notebooks and [f for f, _ in sub.unmatched] == ["notes\\xff.ipynb"]
+    out = tmp_path / "out"
+    book = gb.Gradebook(out, resume=False)
+    book.changed(name, submission_digest(entry))  # the hashes: where the class used to stop
+    book.add(name, "", [Row(name, "", "", 0, 0, REVIEW, name_problem(entry.name)),
+                        Row(name, "", "", 0, 0, REVIEW, os.fsdecode(b"x\xff") + " stays escaped in every cell")])
+    book.finish()
+    gb.write_feedback(out, name, book.student_rows(name))
+    gb.write_review_list(out, book.final_rows())
+    for written in ("gradebook.csv", ".graded.csv", ".hashes", "needs_review.md", "feedback/ren_xe9.md"):
+        assert NOT_UTF8_SHOWN in (out / written).read_text(encoding="utf-8"), written
+    assert "x\\xff stays escaped" in (out / "gradebook.csv").read_text(encoding="utf-8")
+    assert gb.Gradebook(out, resume=True).hashes == {name: submission_digest(entry)}
+
+
 # -- CSV cells that are formulas --------------------------------------------------------------------
 @pytest.mark.parametrize("text, cell", [
     ('=HYPERLINK("http://x","y")', '\'=HYPERLINK("http://x","y")'), ("+1+2", "'+1+2"), ("-cmd", "'-cmd"),
@@ -300,6 +339,11 @@ def build_hostile_class(base: Path) -> dict:
     nb.cells.append(cell)
     (subs / "half_inf").mkdir()
     nbformat.write(nb, subs / "half_inf" / f"{STEM}.ipynb")
+    # A folder whose name is not UTF-8, holding the stub and a stray file named likewise.
+    raw = os.path.join(os.fsencode(subs), NOT_UTF8)
+    os.mkdir(raw)
+    shutil.copyfile(UNSOLVED, os.path.join(raw, os.fsencode(f"{STEM}.ipynb")))
+    shutil.copyfile(UNSOLVED, os.path.join(raw, b"notes\xff.ipynb"))
     (base / "hidden").mkdir()
     (base / "hidden" / "test_01_held_out.py").write_text(HIDDEN)
     roster = base / "roster.csv"
@@ -307,7 +351,7 @@ def build_hostile_class(base: Path) -> dict:
     return {"subs": subs, "out": base / "grades", "hidden": base / "hidden", "roster": roster}
 
 
-ATTACKERS = ("mallory", "linker", FORMULA, "half_inf")  # every point they earn is forged
+ATTACKERS = ("mallory", "linker", FORMULA, "half_inf", NOT_UTF8_SHOWN)  # every point they earn is forged
 VICTIM = "victim"
 
 
@@ -356,9 +400,12 @@ def test_a_class_of_hostile_files_is_graded_whole(hostile_class):
     assert "**mallory**" in review and "reads as more than one LMS name" in review, review
     assert "**linker**" in review and "is a link" in review and "not a regular file" in review, review
     assert "numpy.float16" in (out / "feedback" / "half_inf.md").read_text()
+    assert f"**{NOT_UTF8_SHOWN}**" in review and "is not UTF-8 text" in review, review  # graded, and in review
+    assert "notes\\xff.ipynb" in (out / "feedback" / "ren_xe9.md").read_text(encoding="utf-8")
     for name, rows in hostile_class["csv"].items():
         assert not [c for r in rows for c in r if c.startswith(("=", "@"))], name
     students = {csv_value(r[0]) for r in hostile_class["csv"]["gradebook_wide.csv"][1:]}
-    assert {"victim", "mallory", "linker", FORMULA, "half_inf"} <= students, students
+    assert {"victim", "mallory", "linker", FORMULA, "half_inf", NOT_UTF8_SHOWN} <= students, students
     canvas_ids = [r[1] for r in hostile_class["csv"]["gradebook_canvas.csv"][2:]]
-    assert sorted(canvas_ids) == ["111", "333"], canvas_ids
+    # The victim once; Mallory (graded as nobody's) at most once: no Canvas id is written twice.
+    assert canvas_ids.count("333") == 1 and len(set(canvas_ids)) == len(canvas_ids) <= 2, canvas_ids

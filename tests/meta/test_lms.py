@@ -98,8 +98,10 @@ def test_a_blackboard_download_keeps_the_latest_attempt_and_drops_the_receipts(t
     got = _gathered(folder, tmp_path / "scratch")
     alice = got["alice.smith"]
     assert alice.lms == "blackboard" and alice.attempt == datetime(2026, 12, 2, 9, 30)
-    sub = match_folder("alice.smith", alice.folder, CHAPTERS)
+    sub = match_folder("alice.smith", alice.folder, CHAPTERS, copied=True, attempts=alice.attempts)
     assert sub.notebooks[STEM].read_bytes() == SOLVED.read_bytes() and not sub.ambiguous
+    (older,) = sub.not_graded  # the earlier attempt is listed, never dropped unsaid
+    assert older.files == (f"{STEM}.ipynb (Blackboard attempt of 2026-12-01 10:00:00)",)
 
 
 def test_each_layouts_student_part_is_matched_to_the_roster(tmp_path):
@@ -116,6 +118,62 @@ def test_each_layouts_student_part_is_matched_to_the_roster(tmp_path):
     assert by_name_only["jonesbob"].id == "23456"
     by_login, _ = match_roster(["asmith"], roster)  # Blackboard's user name, as SIS Login ID
     assert by_login["asmith"].id == "12345"
+
+
+# -- attempts: the newest is graded, every other one is listed -------------------------------------
+def _opened(folder: Path, scratch: Path, chapters=CHAPTERS[:1]) -> dict:
+    """Each student of an LMS download as the batch opens them: (submission, review rows, tasks)."""
+    from grading.classroom import grade
+
+    found, _ = lms.gather(folder, scratch)
+    out = {}
+    for n, s in enumerate(found):
+        sub = grade.open_submission(s.name, s.folder, discover_chapters(), scratch, n, s.attempts)
+        out[s.name] = (sub, grade.submission_rows(s.name, sub, chapters), grade.submission_tasks(s.name, sub, chapters))
+    return out
+
+
+def test_a_canvas_resubmission_is_graded_at_its_newest_attempt(tmp_path):
+    """Alice attached both attempts (``-1``: her resubmission, the higher attachment id);
+    Bob's later download was unpacked over the first into the same folder. The newest is
+    graded, whatever the exactly named older file is called, and the older is in review."""
+    folder = _download(tmp_path / "canvas", {
+        "smithalice_12345_700602_01_kv_memory.ipynb": UNSOLVED,
+        "smithalice_12345_700603_01_kv_memory-1.ipynb": SOLVED,
+        "jonesbob_23456_700610_01_kv_memory.ipynb": UNSOLVED})  # the first download
+    _download(folder, {"jonesbob_LATE_23456_700611_01_kv_memory-1.ipynb": SOLVED})  # the later one, over it
+    got = _opened(folder, tmp_path / "scratch")
+    for name, (older, newer) in {"smithalice": ("700602", "700603"), "jonesbob": ("700610", "700611")}.items():
+        sub, rows, (task,) = got[name]
+        assert task.notebook.read_bytes() == SOLVED.read_bytes() and not sub.ambiguous, name
+        (row,) = [r for r in rows if r.status == REVIEW]
+        assert row.message.startswith(f"{STEM}: graded {STEM}-1.ipynb (Canvas attachment {newer}); not graded: "
+                                      f"{STEM}.ipynb (Canvas attachment {older})"), row.message
+
+
+def test_attempts_the_names_cannot_order_go_to_review(tmp_path):
+    """Canvas's ``-N`` ordering two files of one name against their attachment ids, or a
+    plain folder's two copies: nothing is guessed unsaid. A plain folder's exactly named
+    copy is graded, and the other is listed."""
+    folder = _download(tmp_path / "canvas", {"smithalice_12345_700603_01_kv_memory.ipynb": UNSOLVED,
+                                             "smithalice_12345_700602_01_kv_memory-1.ipynb": SOLVED})
+    sub, rows, (task,) = _opened(folder, tmp_path / "scratch")["smithalice"]
+    assert task.notebook is None and "several different notebooks" in task.note and not sub.not_graded
+    plain = _download(tmp_path / "plain", {f"{STEM}.ipynb": UNSOLVED, f"{STEM} (1).ipynb": SOLVED})
+    sub = match_folder("carol", plain, CHAPTERS)
+    assert sub.notebooks[STEM].name == f"{STEM}.ipynb"
+    (listed,) = sub.not_graded
+    assert listed.files == (f"{STEM} (1).ipynb",) and "do not say which is newer" in listed.why
+
+
+def test_a_chapter_not_graded_is_never_spoken_of(tmp_path):
+    """--chapters 12: a notebook of Chapter 1 is Chapter 1's, not "not matched", and its
+    attempts are not listed; the rows speak of Chapter 12 only."""
+    folder = _download(tmp_path / "canvas", {"smithalice_12345_700602_01_kv_memory.ipynb": UNSOLVED,
+                                             "smithalice_12345_700603_01_kv_memory-1.ipynb": SOLVED})
+    twelve = discover_chapters(only=["12"])
+    sub, rows, (task,) = _opened(folder, tmp_path / "scratch", twelve)["smithalice"]
+    assert rows == [] and task.chapter.number == 12 and task.notebook is None and task.note == ""
 
 
 def test_a_link_named_as_canvas_names_files_is_not_read(tmp_path):
@@ -221,19 +279,93 @@ def test_an_override_may_name_the_student_by_roster_id():
     alice = Student("s001", "Alice Example", "alice@example.edu")
     overrides = [gb.Override("s001", "1.2", 1, "regrade", 2), gb.Override("alice", "1.1", 2, "typo", 3),
                  gb.Override("s999", "1.1", 2, "who?", 4)]
-    resolved = gb.resolve_override_students(overrides, ["alice"], {"alice": alice})
-    assert [o.student for o in resolved] == ["alice", "alice", "s999"]
+    with pytest.raises(ValueError, match="--overrides, line 4: 's999' names no student"):
+        gb.resolve_override_students(overrides, ["alice"], {"alice": alice})
+    resolved = gb.resolve_override_students(overrides[:2], ["alice"], {"alice": alice})
+    assert [o.student for o in resolved] == ["alice", "alice"]
     rows = _rows("alice", {"1.1": (0, 4), "1.2": (0, 4)})
     applied, problems = gb.apply_overrides(rows, resolved)
-    assert [r.points for r in applied] == [2, 1]
-    assert problems == ["override on line 4 (s999, 1.1) matches no submission: 's999' is neither a submission's "
-                        "name nor the roster id, email or name of one (--roster); not applied"]
+    assert [r.points for r in applied] == [2, 1] and problems == []
+    # A roster entry that handed in nothing: applied to no one, and said.
+    ghost = Student("s999", "Ghost, Gus")
+    resolved = gb.resolve_override_students(overrides, ["alice"], {"alice": alice}, roster=[alice, ghost])
+    assert gb.apply_overrides(rows, resolved)[1] == ["override on line 4 (s999, 1.1) matches no submission: "
+                                                     "'s999' names a roster entry that handed in nothing; not applied"]
+
+
+# -- every roster id names a student in every sheet ------------------------------------------------
+def test_lateness_may_name_the_student_by_each_roster_id(tmp_path):
+    """--submitted by Canvas's ID, SIS User ID, SIS Login ID and the submission's name: one
+    resolver (grading.classroom.sheets) for every sheet; a key that names no student, or
+    several, is an error naming its line."""
+    from grading.classroom.sheets import StudentKeys
+
+    roster_file = tmp_path / "roster.csv"
+    roster_file.write_text(CANVAS_ROSTER)
+    roster = read_roster(roster_file)
+    matched = {"smithalice": roster[0], "jonesbob": roster[1]}
+    keys = StudentKeys(list(matched), matched, {"smithalice": ["smithalice", "12345"]}, roster)
+    when = datetime(2026, 12, 3, 5, 59, tzinfo=UTC)
+    for key in ("12345", "S001", "asmith", "smithalice"):  # ID, SIS User ID, SIS Login ID, the submission
+        path = tmp_path / "submitted.csv"
+        path.write_text(f"student,submitted\n{key},{when.isoformat()}\n")
+        times = late.resolve_submitted(late.read_submitted(path), keys, late.submitted_where(path))
+        assert times == {"smithalice": when}, key
+        assert late.lateness(times["smithalice"], DUE, late.LatePolicy(0.1)).days == 2
+    path.write_text(f"student,submitted\n12345,{when.isoformat()}\nS404,{when.isoformat()}\n")
+    with pytest.raises(ValueError, match="--submitted submitted.csv, line 3: 'S404' names no student"):
+        late.resolve_submitted(late.read_submitted(path), keys, late.submitted_where(path))
+    path.write_text(f"student,submitted\n12345,{when.isoformat()}\nS001,2026-12-09T00:00:00+00:00\n")
+    with pytest.raises(ValueError, match="line 3: 'S001' gives smithalice another time than"):
+        late.resolve_submitted(late.read_submitted(path), keys, late.submitted_where(path))
+    twins = StudentKeys(["smithalice", "jonesbob"], {"smithalice": roster[0],
+                                                     "jonesbob": Student("23456", "Jones, Bob", sis_login_id="S001")})
+    with pytest.raises(ValueError, match="'S001' names several students \\(jonesbob, smithalice\\)"):
+        twins.resolve("S001", "--submitted, line 2")
+
+
+def _batch(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
+    """``python -m grading.batch`` on a Canvas download of Alice and Bob, with Canvas's roster."""
+    folder = _download(tmp_path / "download", {"smithalice_12345_678901_01_kv_memory.ipynb": UNSOLVED,
+                                               "jonesbob_23456_678902_01_kv_memory.ipynb": UNSOLVED})
+    (tmp_path / "roster.csv").write_text(CANVAS_ROSTER)
+    return subprocess.run([sys.executable, "-m", "grading.batch", str(folder), "--out", str(tmp_path / "grades"),
+                           "--quiet", "--roster", str(tmp_path / "roster.csv"), *flags],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("sheet, text, said", [
+    ("--submitted", "student,submitted\nS001,2026-12-02T10:00:00+00:00\nS003,2026-12-02T10:00:00+00:00\n",
+     "--submitted sheet.csv, line 3: 'S003' names no student"),
+    ("--overrides", "student,exercise,points,reason\nbjones,1.1,1,regrade\nnobody,1.2,1,typo\n",
+     "--overrides, line 3: 'nobody' names no student"),
+    ("--overrides", "student,exercise,points,reason\nsection a,1.1,1,regrade\n",
+     "--overrides, line 2: 'section a' names no student")])
+def test_a_sheet_line_that_names_no_one_stops_the_run_before_grading(tmp_path, sheet, text, said):
+    (tmp_path / "sheet.csv").write_text(text)
+    flags = ["--due", "2026-12-01T23:59:00+00:00", "--late-penalty", "0.1"] if sheet == "--submitted" else []
+    done = _batch(tmp_path, sheet, str(tmp_path / "sheet.csv"), *flags)
+    assert done.returncode == 2 and said in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "grades" / "gradebook.csv").exists()  # nothing was graded
+
+
+def test_chapters_given_means_no_word_of_the_others(tmp_path):
+    """``--chapters 12`` on a download of Chapter 1 notebooks: every feedback speaks of
+    Chapter 12 alone (missing), never of a Chapter 1 notebook "not matched to a chapter"."""
+    done = _batch(tmp_path, "--chapters", "12")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("smithalice", "jonesbob"):
+        feedback = (tmp_path / "grades" / "feedback" / f"{name}.md").read_text()
+        assert UNMATCHED not in feedback and "01_kv_memory" not in feedback and "## 12_" in feedback, feedback
+    assert UNMATCHED not in (tmp_path / "grades" / "needs_review.md").read_text()
 
 
 # -- the round trip ----------------------------------------------------------------------------------
 def test_a_canvas_download_graded_late_and_imported_back(tmp_path):
-    """A Canvas download (Alice solved, on time, and handed in Chapter 3's stub too; Bob
-    solved, marked LATE and 30 hours late in submitted.csv, named there by his roster id;
+    """A Canvas download (Alice solved, on time, and handed in Chapter 3's stub too; a later
+    download unpacked over the first holds her resubmission, ``01_kv_memory-1.ipynb``, beside
+    the exactly named stub she first handed in; Bob
+    solved, marked LATE and 30 hours late in submitted.csv, named there by his SIS User ID;
     María, an accented name, whose solved notebook is called homework1.ipynb; an anonymous
     submission; a file nothing reads), Canvas's roster export, a due date and 10% a day: no
     --chapters, so Chapters 1 and 3 (all the download holds) are graded, and the model of
@@ -242,7 +374,10 @@ def test_a_canvas_download_graded_late_and_imported_back(tmp_path):
     --canvas-assignments: the import updates it; Chapter 3 has none, and the review says so."""
     ch3 = "03_quantized_kv_cache"
     folder = _download(tmp_path / "download", {
-        "smithalice_12345_678901_01_kv_memory.ipynb": SOLVED,
+        "smithalice_12345_678900_01_kv_memory.ipynb": UNSOLVED,  # the first download: her first attempt
+        f"smithalice_12345_678907_{ch3}.ipynb": EXERCISES / f"{ch3}.ipynb"})
+    _download(folder, {  # the later download, unpacked into the same folder
+        "smithalice_12345_678908_01_kv_memory-1.ipynb": SOLVED,
         f"smithalice_12345_678907_{ch3}.ipynb": EXERCISES / f"{ch3}.ipynb",
         "jonesbob_LATE_23456_678902_01_kv_memory.ipynb": SOLVED,
         "deleónmaría_34567_678903_homework1.ipynb": SOLVED,
@@ -253,7 +388,7 @@ def test_a_canvas_download_graded_late_and_imported_back(tmp_path):
                  line + ",,\n" for line in CANVAS_ROSTER.splitlines()[2:]) + \
              '"de León, María",34567,S003,mdeleon,Section A,,\n'
     (tmp_path / "roster.csv").write_text(export, encoding="utf-8")
-    (tmp_path / "submitted.csv").write_text("student,submitted\n23456,2026-12-03T05:59:00+00:00\n")
+    (tmp_path / "submitted.csv").write_text("student,submitted\nS002,2026-12-03T05:59:00+00:00\n")
     out = tmp_path / "grades"
     done = subprocess.run([sys.executable, "-m", "grading.batch", str(folder), "--out", str(out), "--workers", "2",
                            "--quiet", "--roster", str(tmp_path / "roster.csv"), "--due", "2026-12-01T23:59:00+00:00",
@@ -292,6 +427,8 @@ def test_a_canvas_download_graded_late_and_imported_back(tmp_path):
     assert "No notebook" not in maria and "000/" not in maria
     review = (out / "needs_review.md").read_text(encoding="utf-8")
     assert f"chapters graded: {STEM}, {ch3}" in review
+    assert (f"**smithalice**, submission: needs review. {STEM}: graded {STEM}-1.ipynb (Canvas attachment 678908); "
+            f"not graded: {STEM}.ipynb (Canvas attachment 678900)") in review
     assert f"partly handed in: {ch3}: graded for 1 of 4 submissions" in review
     assert "ignored jonesbob_23456_678905_text.html" in review
     assert "deleónmaría" in review and "homework1.ipynb was not matched" in review
@@ -312,7 +449,8 @@ def test_canvas_names_keep_unicode_letters_and_anonymous_prefixes(tmp_path):
     import unicodedata
 
     maria = "deleónmaría_12354_678903_01_kv_memory.ipynb"
-    assert lms.parse_name(maria) == lms.LmsFile("canvas", "deleónmaría", "01_kv_memory.ipynb", "12354")
+    assert lms.parse_name(maria) == lms.LmsFile("canvas", "deleónmaría", "01_kv_memory.ipynb", "12354",
+                                                attachment_id="678903")
     decomposed = lms.parse_name(unicodedata.normalize("NFD", maria))  # as macOS's unzip writes it
     assert decomposed is not None and decomposed.student == "deleónmaría"
     anon = lms.parse_name("anon_Xy3Zq_678904_01_kv_memory.ipynb")
