@@ -12,12 +12,11 @@ keeping it apart costs.
   victim of ``test_hostile_files.py`` lost, plus each thing the contestant of one exercise
   left that the next exercise's contestant found (``test_hostile_isolation.py``: files in
   every writable place, keys, a message queue, a running process). Goal 0.
-- ``grade.inside_only_points``: the points of the graders' checks that only the notebook's
-  own process can observe, which a hostile notebook could answer falsely (a watch of its
-  torch operations, where a tensor keeps its memory, what its gloo ranks say they sent):
-  every test of ``tests/test_NN_*.py`` that reads ``watching``, ``data_ptr`` or a rank's
-  ``bytes_sent``, with its points. Every other rule about how a notebook computes is
-  measured from outside it (``grading.judge.measure``). Goal: at most 5 in the whole book.
+- ``grade.oracle_points``: what the submissions of ``tests/meta/test_hostile_oracle.py``
+  earn, whose exercises only call each other where one is another's special case (Chapters
+  3, 5 and 6), beyond what the same code earns honestly: the judge answers a call into
+  another exercise only where the solution made it in the same test (``grading.judge.answers``).
+  Goal 0.
 - ``grade.isolation_overhead``: pytest on the solutions through the judge and its
   sandboxed contestants, over the same graders with the notebook in the grading process
   (``GRADING_IN_PROCESS=1``), Chapters 1-6 and 9, median of paired rounds. The judge now
@@ -58,46 +57,23 @@ def run() -> list[Record]:
                                   note=f"points the victim of test_hostile_files.py lost ({victim_lost:g}) + what "
                                        f"the next contestant found of the last one's ({', '.join(found) or 'nothing'})"
                                        + (f"; contestants not isolated here: {why}" if why else "")))
+            records.append(_oracle_points(tmp / "oracle"))
         else:
-            for name in ("grade.hostile_suite_lost_rows", "grade.forged_points", "grade.cross_student_effects"):
+            for name in ("grade.hostile_suite_lost_rows", "grade.forged_points", "grade.cross_student_effects",
+                         "grade.oracle_points"):
                 records.append(Record(name, float("nan"), "count", "== 0",
                                       note=f"not measured: {sandbox.status().line}"))
-    points, tests = inside_only_points()
-    records.append(Record("grade.inside_only_points", points, "points", "<= 5",
-                          note="observed only inside the notebook's process: " + ", ".join(tests)))
     records.append(isolation_overhead())
     return records
 
 
-INSIDE_ONLY = ("watching", "data_ptr", "bytes_sent")  # what a grader reads from inside the notebook's process
+def _oracle_points(base: Path) -> Record:
+    """Grade the class of tests/meta/test_hostile_oracle.py: what its oracles earn beyond honest code."""
+    from tests.meta.test_hostile_oracle import grade_class, oracle_points
 
-
-def inside_only_points() -> tuple[float, list[str]]:
-    """The points of the graders' tests that read any of :data:`INSIDE_ONLY`, and their names
-    (``chapter::test``), found in the graders' source."""
-    import ast
-
-    total, names = 0.0, []
-    for path in sorted((ROOT / "tests").glob("test_[0-9][0-9]_*.py")):
-        for node in ast.parse(path.read_text()).body:
-            if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
-                continue
-            used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
-                n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
-            if used & set(INSIDE_ONLY):
-                total += _points(node)
-                names.append(f"{path.stem[5:]}::{node.name}")
-    return total, names
-
-
-def _points(test) -> float:
-    """A test's ``@pytest.mark.points(k)`` (1 without one)."""
-    import ast
-
-    for mark in test.decorator_list:
-        if isinstance(mark, ast.Call) and isinstance(mark.func, ast.Attribute) and mark.func.attr == "points":
-            return float(ast.literal_eval(mark.args[0]))
-    return 1.0
+    return Record("grade.oracle_points", oracle_points(grade_class(base)), "points", "== 0",
+                  note="points earned beyond their honest code by the stubs of tests/meta/test_hostile_oracle.py "
+                       "whose exercises only call each other (Chapters 3, 5 and 6)")
 
 
 def _hostile_files(base: Path) -> tuple[float, float]:
