@@ -9,7 +9,10 @@ asks every rank at once to join the gloo group, and makes each rank's calls at o
 
 What a rank sends (bytes and tensors handed to ``torch.distributed.isend``, which ``send``
 and ``batch_isend_irecv`` call) is counted here, in the contestant, and read back after
-each call: like :mod:`grading.contestant.watch`, a count the submission's process could change.
+each call: like :mod:`grading.contestant.watch`, a count the submission's process could
+change, so it is worth one point. Every byte the ranks send, collectives included, is
+also counted where they cannot reach: on the loopback of their network namespace, by the
+judge (:func:`grading.judge.measure.loopback_bytes`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
 """Watches on how a notebook computes, kept while the grader's calls run in the contestant.
 
 Some rules are about the way, not the answer: no NaN or inf on the way to a finite
-result (Chapter 3), no intermediate as large as the score matrix (Chapter 5). A torch
-function mode sees every operation, so it must run where the notebook's code runs: in
-the contestant (:mod:`grading.contestant.main`). The judge starts a watch by name, makes its
-calls, and reads back what the watch saw as plain values (:func:`grading.judge.watching`).
+result (Chapter 3). A torch function mode sees every operation, so it must run where the
+notebook's code runs: in the contestant (:mod:`grading.contestant.main`). The judge starts
+a watch by name, makes its calls, and reads back what the watch saw as plain values
+(:func:`grading.judge.watching`).
 
 A submission owns the process the watch runs in, so a hostile one could silence it: a
-watch guards against honest mistakes, and every answer is still compared in the judge.
+watch guards against honest mistakes, is worth at most a point of its exercise, and every
+answer is still compared in the judge. What can be measured from outside (memory, bytes
+on the wire) is measured there instead (:mod:`grading.judge.measure`).
 """
 
 from __future__ import annotations
@@ -37,22 +39,4 @@ class NonFiniteWatch(TorchFunctionMode):
         return {"seen": self.seen[:1000]}
 
 
-class LargestTensor(TorchFunctionMode):
-    """Records the largest tensor any torch operation returns while active."""
-
-    def __init__(self):
-        super().__init__()
-        self.numel, self.shape, self.op = 0, None, None
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        for t in result if isinstance(result, (tuple, list)) else (result,):
-            if isinstance(t, torch.Tensor) and t.numel() > self.numel:
-                self.numel, self.shape, self.op = t.numel(), tuple(t.shape), getattr(func, "__name__", str(func))[:100]
-        return result
-
-    def result(self) -> dict:
-        return {"numel": self.numel, "shape": self.shape, "op": self.op}
-
-
-WATCHES = {"non_finite": NonFiniteWatch, "largest_tensor": LargestTensor}
+WATCHES = {"non_finite": NonFiniteWatch}

@@ -1,9 +1,11 @@
 """What only the contestant's process can see, asked for by a grader: watches and addresses.
 
-Some rules are about how the notebook computes, not what it returns: no NaN on the way to
-a finite answer (Chapter 3), no score matrix (Chapter 5), a buffer written in place
-(Chapter 4). The watch runs where the code runs (:mod:`grading.contestant.watch`); the
-judge starts it, makes its calls and reads back plain values.
+Some rules are about how the notebook computes, not what it returns, and only the
+notebook's process can see them: no NaN on the way to a finite answer (Chapter 3), a
+buffer written in place (Chapter 4). The watch runs where the code runs
+(:mod:`grading.contestant.watch`); the judge starts it, makes its calls and reads back plain
+values. The notebook could answer them falsely, so each is worth at most a point; memory
+and bytes on the wire are measured from outside instead (:mod:`grading.judge.measure`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ class Watched:
 
     def __init__(self):
         self.seen: list[str] = []
-        self.numel, self.shape, self.op = 0, None, None
 
 
 @contextlib.contextmanager
@@ -39,10 +40,6 @@ def watching(nb: RemoteNotebook, name: str):
         seen = nb._ask("watch", "reading the watch", name="stop") if nb.session and not nb.session.dead else None
         if isinstance(seen, dict):
             watched.seen = [str(s) for s in seen.get("seen", [])] if isinstance(seen.get("seen"), list) else []
-            numel = seen.get("numel", 0)
-            watched.numel = numel if type(numel) is int else 0
-            watched.shape = tuple(seen["shape"]) if isinstance(seen.get("shape"), (list, tuple)) else None
-            watched.op = seen.get("op") if isinstance(seen.get("op"), str) else None
 
 
 def data_ptr(obj: Remote, attribute: str) -> int:
