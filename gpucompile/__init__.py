@@ -497,8 +497,11 @@ def child_main(spec_path: str, result_path: str) -> int:
             linecache.cache[file] = (sum(map(len, lines)), None, lines, file)
         for f in job["functions"].values():
             exec(compile("\n" * (f["first"] - 1) + f["source"], f["file"], "exec"), scope)
+        # A Triton dtype passed as a constexpr crosses as {"tl_dtype": "fp16"} (gpucompile.chapter07.launch_request).
+        constexprs = {k: tl.dtype(v["tl_dtype"]) if isinstance(v, dict) and "tl_dtype" in v else v
+                      for k, v in job["constexprs"].items()}
         try:
-            c = _compile_here(scope[job["kernel"]], job["signature"], job["constexprs"], attrs=job.get("attrs"),
+            c = _compile_here(scope[job["kernel"]], job["signature"], constexprs, attrs=job.get("attrs"),
                               arch=job["arch"], num_warps=job["num_warps"], num_stages=job["num_stages"])
         except KernelCompileError as exc:
             answers.append({"error": str(exc)})

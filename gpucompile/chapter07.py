@@ -154,9 +154,11 @@ def stub_message(nb, exercise: str) -> str | None:
 
 
 def _plain(value):
-    """A launch's constexpr as a plain value (``tl.constexpr(4)`` is 4): only plain values
-    cross to the judge."""
+    """A launch's constexpr as a plain value (``tl.constexpr(4)`` is 4, ``tl.float16`` is
+    ``{"tl_dtype": "fp16"}``): only plain values cross to the judge."""
     value = getattr(value, "value", value) if type(value).__name__ == "constexpr" else value
+    if type(value).__name__ == "dtype" and type(value).__module__.startswith("triton"):
+        return {"tl_dtype": str(value)}
     return value if isinstance(value, (int, float, bool, str, type(None))) else repr(value)[:100]
 
 

@@ -130,12 +130,16 @@ def _code_cells(text: str):
         yield index, strip_ipython(cell_source(cell))[0]
 
 
+SCALARS = (bool, int, float, str, type(None))  # the constants a kernel may read (and JSON carries)
+
+
 def _constant(node: ast.expr) -> dict | None:
-    """``{"plain": v}`` for a literal, ``{"constexpr": v}`` for ``tl.constexpr(literal)``."""
-    if _literal(node):
+    """``{"plain": v}`` for a scalar literal, ``{"constexpr": v}`` for ``tl.constexpr(literal)``."""
+    if _literal(node) and isinstance(ast.literal_eval(node), SCALARS):
         return {"plain": ast.literal_eval(node)}
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "constexpr"
-            and len(node.args) == 1 and not node.keywords and _literal(node.args[0])):
+            and len(node.args) == 1 and not node.keywords and _literal(node.args[0])
+            and isinstance(ast.literal_eval(node.args[0]), SCALARS)):
         return {"constexpr": ast.literal_eval(node.args[0])}
     return None
 
@@ -261,10 +265,16 @@ def _well_typed(data: dict) -> bool:
             and type(data["num_stages"]) is int and data["num_stages"] in NUM_STAGES
             and all(isinstance(t, dict) and all(isinstance(k, str) and k.isidentifier() for k in t) for t in tables)
             and all(isinstance(t, str) and len(t) <= 32 for t in data["signature"].values())
-            and all(v is None or type(v) in (bool, int, float, str) for v in data["constexprs"].values())
+            and all(type(v) in SCALARS or _is_dtype(v) for v in data["constexprs"].values())
             and all(isinstance(marks, list) and all(isinstance(m, list) and len(m) == 2 and isinstance(m[0], str)
                                                     and type(m[1]) is int for m in marks)
                     for marks in data["attrs"].values()))
+
+
+def _is_dtype(value) -> bool:
+    """A Triton dtype passed as a constexpr, as the contestant writes it: ``{"tl_dtype": "fp16"}``."""
+    return (isinstance(value, dict) and set(value) == {"tl_dtype"} and isinstance(value["tl_dtype"], str)
+            and value["tl_dtype"].isidentifier())
 
 
 # -- the compile, in a child of its own ------------------------------------------------------------

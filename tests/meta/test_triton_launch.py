@@ -173,3 +173,24 @@ def test_a_launch_off_its_schema_or_unlike_the_kernel_is_refused():
                 {**good, "extra": 1}, {**good, "signature": {"x": 1}}, "add_kernel"):
         with pytest.raises(GradingFailure):
             LaunchRequest.from_json(bad)
+
+
+def test_the_judge_compiles_a_kernel_read_from_the_text_in_a_child_of_its_own():
+    from pathlib import Path
+
+    from grading.judge.triton_compile import LaunchRequest, compile_job, compile_outside, notebook_kernels
+
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("this Triton wheel ships no ptxas to compile with")
+    cast = ("@triton.jit\ndef cast_kernel(x, out, n, OUT: tl.constexpr, BLOCK: tl.constexpr):\n"
+            "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+            "    tl.store(out + offs, tl.load(x + offs, mask=offs < n).to(OUT), mask=offs < n)\n")
+    kernels = notebook_kernels(_notebook("import triton\nimport triton.language as tl\n", cast), "nb.ipynb")
+    request = LaunchRequest.from_json({"kernel": "cast_kernel", "signature": {"x": "*fp32", "out": "*fp16", "n": "i32"},
+                                       "constexprs": {"OUT": {"tl_dtype": "fp16"}, "BLOCK": 128}, "attrs": {},
+                                       "arch": "sm_80", "num_warps": 4, "num_stages": 2})
+    assert compile_outside(compile_job(kernels, request), timeout=120) is None
+    broken = notebook_kernels(_notebook("import triton\nimport triton.language as tl\n",
+                                        cast.replace("tl.arange(0, BLOCK)", "tl.arange(0, 100)")), "nb.ipynb")
+    error = compile_outside(compile_job(broken, request), timeout=120)
+    assert "cast_kernel does not compile for sm_80 (nb.ipynb cell 1, line 3" in error and "power of 2" in error, error
