@@ -51,6 +51,7 @@ ROWS: list[tuple[tuple[str, ...], str]] = [
     (("grade.diagnosis_cost",), "an all-wrong Chapter 1 graded with / without diagnosis"),
     (("grade.forged_points", "grade.cross_student_effects", "grade.hostile_suite_lost_rows"),
      "the hostile classes: points not earned; effects on another student; rows lost"),
+    (("grade.oracle_points",), "stubs whose exercises only call each other: points beyond their honest code"),
     (("grade.inside_only_points",), "points of rules about how observed only inside the notebook's process"),
     (("grade.isolation_overhead",), "judge and sandboxed contestants / the notebook in the grading process"),
     (("grade.single_exercise_startup_s",), "one exercise graded, the command a student runs most, start to end"),
