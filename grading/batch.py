@@ -313,8 +313,12 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
     names = [s for s, _ in students]
 
     def effects(p: policy.Policy) -> policy.Effects:  # what a policy does to this run's students
-        over = gb.resolve_override_students(list(p.override_entries), names, matched)
-        times = p.submitted_times()
+        try:
+            keys = StudentKeys(names, matched, aliases, roster)
+            over = gb.resolve_override_students(list(p.override_entries), names, matched, aliases, roster)
+            times = late.resolve_submitted(p.submitted_times(), keys)
+        except ValueError:  # a recorded line that names no one now: compared as written
+            over, times = list(p.override_entries), p.submitted_times()
         rule = argparse.Namespace(due=p.due, late_penalty=p.late_penalty)
         return policy.Effects(lateness_of(rule, names, lms_info, times, matched), over)
 

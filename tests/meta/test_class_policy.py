@@ -7,7 +7,8 @@
   of Canvas's gradebook importer as ``docs/instructors.md`` states its rule (a cell that
   differs from the grade Canvas has is posted, an empty one included; a student the file
   does not name is left alone), leave a grade typed by hand in SpeedGrader as it was.
-- Through the batch (two students of Chapter 1, one late, one overridden): a resume that
+- Through the batch (two students of Chapter 1, one late, named by its roster email in
+  ``--submitted``, one overridden): a resume that
   leaves out ``--due``, ``--late-penalty``, ``--submitted`` and ``--overrides`` keeps the
   grades penalised and overridden; one given another due date stops before grading, names
   the change and the student it affects, and writes nothing; with ``--policy-change`` it
@@ -176,13 +177,14 @@ def graded(tmp_path_factory):
     for name in ("ann", "bob"):
         (subs / name).mkdir(parents=True)
         shutil.copyfile(SOLUTIONS / f"{STEM}.ipynb", subs / name / f"{STEM}.ipynb")
-    (base / "submitted.csv").write_text("student,submitted\nbob,2026-12-03T05:59:00+00:00\n")
+    (base / "roster.csv").write_text("Student ID,Name,Email\ns001,Ann,ann@example.edu\ns002,Bob,bob@example.edu\n")
+    (base / "submitted.csv").write_text("student,submitted\nbob@example.edu,2026-12-03T05:59:00+00:00\n")
     (base / "overrides.csv").write_text("student,exercise,points,reason\nann,1.2,1,a regrade request\n")
     out = base / "out"
-    first = _batch(subs, out, "--due", DUE, "--late-penalty", "0.1:0.5", "--submitted", str(base / "submitted.csv"),
-                   "--overrides", str(base / "overrides.csv"))
+    first = _batch(subs, out, "--roster", str(base / "roster.csv"), "--due", DUE, "--late-penalty", "0.1:0.5",
+                   "--submitted", str(base / "submitted.csv"), "--overrides", str(base / "overrides.csv"))
     assert first.returncode == 0, first.stderr[-3000:]
-    return {"subs": subs, "out": out, "first": _files(out)}
+    return {"subs": subs, "out": out, "first": _files(out), "roster": ("--roster", str(base / "roster.csv"))}
 
 
 pytestmark = pytest.mark.timeout(900)
@@ -213,7 +215,7 @@ def test_the_first_run_records_its_policy(graded):
 
 
 def test_a_resume_without_the_flags_keeps_the_grades_penalised_and_overridden(graded):
-    again = _batch(graded["subs"], graded["out"], "--resume")
+    again = _batch(graded["subs"], graded["out"], *graded["roster"], "--resume")
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resume: kept from policy.json: --due {DUE}; --late-penalty 0.1:0.5" in again.stderr
     now = _files(graded["out"])
@@ -224,14 +226,14 @@ def test_a_resume_without_the_flags_keeps_the_grades_penalised_and_overridden(gr
 def test_a_resume_with_another_due_date_says_what_changes_and_stops(graded):
     later = "2026-12-03T23:59:00+00:00"
     before = _files(graded["out"])
-    stopped = _batch(graded["subs"], graded["out"], "--resume", "--due", later)
+    stopped = _batch(graded["subs"], graded["out"], *graded["roster"], "--resume", "--due", later)
     assert stopped.returncode == 2, stopped.stderr[-3000:]
     assert f"policy change: --due: {DUE} -> {later}" in stopped.stderr
     assert "policy change for bob: late: 2 days late, x 0.8 -> on time" in stopped.stderr
     assert "policy change for ann" not in stopped.stderr
     assert "--policy-change" in stopped.stderr and _files(graded["out"]) == before
 
-    applied = _batch(graded["subs"], graded["out"], "--resume", "--due", later, "--policy-change")
+    applied = _batch(graded["subs"], graded["out"], *graded["roster"], "--resume", "--due", later, "--policy-change")
     assert applied.returncode == 0, applied.stderr[-3000:]
     assert "policy change for bob: late: 2 days late, x 0.8 -> on time" in applied.stderr
     assert policy.load(graded["out"]).due == later
