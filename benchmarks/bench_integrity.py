@@ -17,6 +17,12 @@ keeping it apart costs.
   3, 5 and 6), beyond what the same code earns honestly: the judge answers a call into
   another exercise only where the solution made it in the same test (``grading.judge.answers``).
   Goal 0.
+- ``grade.inside_only_points``: the points of the graders' checks that only the notebook's
+  own process can observe, which a hostile notebook could answer falsely (a watch of its
+  torch operations, where a tensor keeps its memory, what its gloo ranks say they sent):
+  every test of ``tests/test_NN_*.py`` that reads ``watching``, ``data_ptr`` or a rank's
+  ``bytes_sent``, with its points. Every other rule about how a notebook computes is
+  measured from outside it (``grading.judge.measure``). Goal: at most 5 in the whole book.
 - ``grade.isolation_overhead``: pytest on the solutions through the judge and its
   sandboxed contestants, over the same graders with the notebook in the grading process
   (``GRADING_IN_PROCESS=1``), Chapters 1-6 and 9, median of paired rounds. The judge now
@@ -63,8 +69,42 @@ def run() -> list[Record]:
                          "grade.oracle_points"):
                 records.append(Record(name, float("nan"), "count", "== 0",
                                       note=f"not measured: {sandbox.status().line}"))
+    points, tests = inside_only_points()
+    records.append(Record("grade.inside_only_points", points, "points", "<= 5",
+                          note="observed only inside the notebook's process: " + ", ".join(tests)))
     records.append(isolation_overhead())
     return records
+
+
+INSIDE_ONLY = ("watching", "data_ptr", "bytes_sent")  # what a grader reads from inside the notebook's process
+
+
+def inside_only_points() -> tuple[float, list[str]]:
+    """The points of the graders' tests that read any of :data:`INSIDE_ONLY`, and their names
+    (``chapter::test``), found in the graders' source."""
+    import ast
+
+    total, names = 0.0, []
+    for path in sorted((ROOT / "tests").glob("test_[0-9][0-9]_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
+                continue
+            used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+                n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+            if used & set(INSIDE_ONLY):
+                total += _points(node)
+                names.append(f"{path.stem[5:]}::{node.name}")
+    return total, names
+
+
+def _points(test) -> float:
+    """A test's ``@pytest.mark.points(k)`` (1 without one)."""
+    import ast
+
+    for mark in test.decorator_list:
+        if isinstance(mark, ast.Call) and isinstance(mark.func, ast.Attribute) and mark.func.attr == "points":
+            return float(ast.literal_eval(mark.args[0]))
+    return 1.0
 
 
 def _oracle_points(base: Path) -> Record:
