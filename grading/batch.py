@@ -358,12 +358,12 @@ def _grade_class(args, chapters, overrides, roster, submitted, scratch: Path) ->
             rows = submission_rows(student, sub, chapters)
             if unreadable:
                 rows.append(Row(student, "", "", 0, 0, REVIEW, unreadable))
+            if student not in lms_info and name_problem(entry.name):  # an LMS's entries: its problems
+                rows.append(Row(student, "", "", 0, 0, REVIEW, name_problem(entry.name)))
             if student in lms_info:  # names read two ways, links left out of a Moodle folder
                 rows += [Row(student, "", "", 0, 0, REVIEW, p) for p in lms_info[student].problems]
             if regraded:
                 rows.append(Row(student, "", "", 0, 0, NOTE, f"regraded: {regraded.split(';')[0]}"))
-            if student not in lms_info and name_problem(entry.name):  # an LMS's entries: its problems
-                rows.append(Row(student, "", "", 0, 0, REVIEW, name_problem(entry.name)))
             book.add(student, "", rows)
         tasks += [t for t in submission_tasks(student, sub, chapters)
                   if gb.task_id(student, t.chapter.stem) not in book.done]
