@@ -476,7 +476,7 @@ WIRE_ROWS = 16  # query rows per rank compared with the reference
 @pytest.mark.ex10_6
 @pytest.mark.points(2)
 @pytest.mark.timeout(RUN_TIMEOUT_S + 25)
-def test_ring_attention_sends_only_the_ring_bytes(nb):
+def test_ring_attention_on_gloo_sends_only_the_ring_bytes(nb):
     P, (B, H, H_kv, n, D) = 2, WIRE_CASE
     q, k, v = make_qkv(B, H, H_kv, P * n, D, torch.float32, seed=5)
     calls = [[((q[:, :, r * n:(r + 1) * n].clone(), k[:, :, r * n:(r + 1) * n].clone(),
@@ -506,7 +506,7 @@ def test_ring_attention_sends_only_the_ring_bytes(nb):
 
 @pytest.mark.ex10_6
 @pytest.mark.timeout(RUN_TIMEOUT_S + 25)
-def test_ring_attention_sends_through_isend(nb):
+def test_ring_attention_on_gloo_sends_through_isend(nb):
     """Each rank hands the ring's bytes to ``torch.distributed``'s sends, as the chapter's
     ring does. Counted inside the notebook's process, which could change the count: this
     check is worth 1 point (docs/security.md, "What is still trusted")."""
