@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from gpucompile.chapter07 import ARCHS, GRADED_KERNELS, case_ids
+from gpucompile.chapter07 import ARCHS, GRADED_KERNELS, REAL_CONFIGS, case_ids
 from grading.compare import GradingFailure, assert_close, assert_raises, call_text, derived_atol
 from grading.judge import replay
 from grading.judge.triton_launch import dynamic_launch_problem, jit_problem, static_launch_problem
@@ -666,6 +666,7 @@ def _real_reports(nb):
     key = (id(compiler.session), compiler.exercise)
     if _REAL_REPORTS.get("key") != key:
         plain = compiler.service("chapter07.real_reports", timeout=REAL_TIMEOUT_S)
+        _check_reports(plain)
         reports = {arch: {tuple(row[:4]): _Report(_Usage(*row[4:7]), row[7]) for row in rows}
                    for arch, rows in plain.items()}
         _REAL_REPORTS.update(key=(id(compiler.session), compiler.exercise), reports=reports)
@@ -673,6 +674,19 @@ def _real_reports(nb):
 
 
 _REAL_REPORTS: dict = {}
+
+
+def _check_reports(plain):
+    """The reports came from the notebook's process: one row per configuration compiled
+    (REAL_CONFIGS), of the promised types, or the cases would check nothing at all."""
+    rows_ok = isinstance(plain, dict) and sorted(plain) == sorted(REAL_CONFIGS) and all(
+        isinstance(rows, list) and [tuple(r[:4]) for r in rows if isinstance(r, list)] == REAL_CONFIGS[arch]
+        and all(isinstance(r, list) and len(r) == 8 and all(type(v) is int for v in r[:7])
+                and isinstance(r[7], str) for r in rows)
+        for arch, rows in plain.items())
+    if not rows_ok:
+        raise GradingFailure("the notebook's process sent the compiler's reports without one row per configuration "
+                             f"compiled ({REAL_CONFIGS}): the grader cannot check them")
 
 
 def check_compiler_numbers(nb, exercise, cid):
