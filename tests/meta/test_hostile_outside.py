@@ -83,8 +83,6 @@ _g7.launch_request = lambda nb, exercise, cid: {{
                                           "n_elements": "i32"}},
     "constexprs": {{"BLOCK_SIZE": 128}}, "attrs": {{}}, "arch": cid.rsplit("-", 1)[1], "num_warps": 4,
     "num_stages": 3}}
-_sv = _il.import_module("grading.contestant.services")
-_sv.SERVICES["chapter07.launch_request"] = "gpucompile.chapter07:launch_request"
 '''
 FORGERIES = {"suppressed": "None", "malformed": '{"launches": ["add_kernel"], "launch_count": "all"}'}
 # (exercise, grader case): a value case and a bad-input case of the PyTorch 7.1, a value case
