@@ -193,8 +193,9 @@ class RemoteNotebook:
     def variant(self, **extra) -> "RemoteNotebook":
         """The same notebook in a contestant spawned with ``extra`` (fields of
         :class:`grading.wire.Spawn`: ``env``, ``bounds_checked``), grading the same
-        exercise: Chapter 7 grades kernels through the interpreter in one and compiles
-        them in another."""
+        exercise: Chapter 7 grades kernels through the interpreter in one, and asks another,
+        without it, what the wrappers launch (the judge compiles the kernels' source itself,
+        grading.judge.triton_compile)."""
         key = json.dumps(extra, sort_keys=True)
         if key not in self.variants:
             other = RemoteNotebook(self.origin, self.text, self.stem, self.display, self.launch,
