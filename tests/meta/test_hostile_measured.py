@@ -10,8 +10,10 @@ here hands in the solution with one cell appended:
 - 13.2 "absorbed" decode that up-projects the whole cache, 13.1's naive formula;
 - 10.6 gathering every shard with ``all_gather`` and sending the ring's exact byte count
   around the ring as padding;
-- a NaN on the way in 3.1 and a reallocated buffer in 4.2, each with its inside check
-  forged (the watch made blind, ``torch.Tensor.data_ptr`` made constant).
+- a NaN on the way in 3.1, a reallocated buffer in 4.2, and 10.6 gathering every shard
+  without padding (as many bytes as the ring, none through ``isend``), each with its
+  inside check forged (the watch made blind, ``torch.Tensor.data_ptr`` made constant,
+  the rank's own send count raised by the ring's bytes).
 
 The first three must fail their measured test. A forged notebook must earn exactly what
 the same notebook earns unforged on every other test, and no more than the inside-only
@@ -125,6 +127,38 @@ def _reallocating_append(self, k, v):
 
 RingKVCache.append = _reallocating_append
 '''
+GATHER_WITHOUT_PADDING = '''
+import math as _math
+import torch as _torch
+import torch.distributed as _dist
+
+def ring_attention(q, k, v, layout="zigzag", causal=True):
+    P, r, n = _dist.get_world_size(), _dist.get_rank(), q.shape[2]
+    ks, vs = [_torch.empty_like(k) for _ in range(P)], [_torch.empty_like(v) for _ in range(P)]
+    _dist.all_gather(ks, k.contiguous())  # as many bytes as the ring, none through isend
+    _dist.all_gather(vs, v.contiguous())
+    G = q.shape[1] // k.shape[1]
+    K, V = (_torch.cat(t, 2).repeat_interleave(G, 1) for t in (ks, vs))
+    k_pos = _torch.tensor([p for j in range(P) for p in shard_positions(P * n, P, j, layout)])
+    q_pos = _torch.tensor(list(shard_positions(P * n, P, r, layout)))
+    s = q @ K.transpose(-1, -2) / _math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(k_pos[None, :] > q_pos[:, None], -_math.inf)
+    lse = _torch.logsumexp(s, -1)
+    return _torch.exp(s - lse[..., None]) @ V, lse
+'''
+FORGED_SEND_COUNT = '''
+import importlib as _importlib
+_gathered = ring_attention
+
+def ring_attention(q, k, v, layout="zigzag", causal=True):
+    out = _gathered(q, k, v, layout, causal)
+    P = _importlib.import_module("torch.distributed").get_world_size()
+    counter = _importlib.import_module("grading.contestant.ranks")._state["counter"]
+    counter["bytes"] += (P - 1) * (k.numel() * k.element_size() + v.numel() * v.element_size())
+    counter["sends"] += 2 * (P - 1)
+    return out
+'''
 CONSTANT_ADDRESS = '''
 import torch as _torch
 _torch.Tensor.data_ptr = lambda self: 4096
@@ -166,10 +200,11 @@ def _failed(outcomes: dict[str, str], test: str) -> list[str]:
 
 
 @pytest.mark.parametrize("stem,select,cell,test", [
-    ("05_flash_attention", "never_materialises", NUMPY_SCORES, "test_never_materialises_scores_or_repeated_kv"),
-    ("13_mla", "absorbed", NAIVE_AS_ABSORBED, "test_mla_attention_absorbed_never_up_projects_the_cache"),
+    ("05_flash_attention", "never_materialises and full", NUMPY_SCORES,
+     "test_never_materialises_scores_or_repeated_kv"),
+    ("13_mla", "never_up_projects", NAIVE_AS_ABSORBED, "test_mla_attention_absorbed_never_up_projects_the_cache"),
     ("10_context_parallel", "sends_only_the_ring_bytes", GATHER_THEN_PAD,
-     "test_ring_attention_sends_only_the_ring_bytes"),
+     "test_ring_attention_on_gloo_sends_only_the_ring_bytes"),
 ], ids=["5.5-numpy-score-matrix", "13.2-naive-as-absorbed", "10.6-gather-then-pad"])
 def test_a_rule_about_how_is_measured_from_outside(tmp_path, stem, select, cell, test):
     """The values are right, so every case of the measured test must fail on the measure."""
@@ -181,7 +216,9 @@ def test_a_rule_about_how_is_measured_from_outside(tmp_path, stem, select, cell,
 @pytest.mark.parametrize("stem,select,wrong,forgery,inside_test", [
     ("03_quantized_kv_cache", "quantize_int8", NAN_ON_THE_WAY, BLIND_WATCH, "test_quantize_int8_zero_rows_make_no_nan"),
     ("04_sliding_window_sinks", "ring", REALLOCATES, CONSTANT_ADDRESS, "test_ring_buffers_are_never_reallocated"),
-], ids=["3.1-blind-nan-watch", "4.2-constant-data-ptr"])
+    ("10_context_parallel", "sends", GATHER_WITHOUT_PADDING, FORGED_SEND_COUNT,
+     "test_ring_attention_on_gloo_sends_through_isend"),
+], ids=["3.1-blind-nan-watch", "4.2-constant-data-ptr", "10.6-forged-send-count"])
 def test_a_forged_inside_check_earns_nothing_else(tmp_path, stem, select, wrong, forgery, inside_test):
     """Unforged, the inside test fails; forged, every other test ends exactly as unforged."""
     honest = grade(tmp_path, stem, select, wrong)
