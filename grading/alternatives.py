@@ -24,6 +24,14 @@ KINDS = {
         "query head h reading KV head h % H_kv, which is what `repeat` gives (or a reshape of the H heads "
         "as (G, H_kv)). Query head h reads KV head h // G: the G = H // H_kv consecutive query heads "
         "h = j*G .. j*G + G - 1 share KV head j, as `repeat_interleave` (or a reshape as (H_kv, G)) gives."),
+    "percentile_interpolated": (
+        "Your percentile is interpolated between the two values around it, as NumPy's default "
+        "(`np.percentile`, `torch.quantile`) does: your result equals the expected one computed that way. "
+        "The statement asks for the nearest rank: the k-th smallest value itself, k = ceil(p * n / 100)."),
+    "eviction_tie_first_block": (
+        "Among cached pages released at the same event, you evict the first block of a sequence before its "
+        "last: your outcomes equal the expected ones with that tie broken the other way. The page holding "
+        "the later block goes first (then the lower page id), so a prefix's shared head stays cached longest."),
 }
 
 

@@ -61,7 +61,7 @@ return hashes"""),
     Bug("cache_evicts_first_block_first", "12.2",
         "among pages released together, evicts the first block of a sequence before its last, breaking the "
         "chain's shared head first",
-        old="-page_hash[q][1], q))", new="page_hash[q][1], q))"),
+        old="-page_hash[q][1], q))", new="page_hash[q][1], q))", kind="eviction_tie_first_block"),
     Bug("cache_references_hits_before_failing", "12.2",
         "takes references on the hit pages before checking that the new pages fit, so a failed allocation "
         "still holds them",
@@ -101,6 +101,15 @@ return hashes"""),
         "starts the recurrence one token after the snapshot, skipping the first token the snapshot has not "
         "seen",
         old="for t in range(start, match_len):", new="for t in range(start + 1, match_len):"),
+    Bug("resume_mutates_snapshot", "12.4",
+        "advances the state in place, in the stored snapshot's own tensor, so the cache's snapshot is "
+        "overwritten and the next hit resumes from a wrong state",
+        old=""".to(k.dtype).clone() if start in snapshots else torch.zeros(d_v, d_k, dtype=k.dtype)
+    for t in range(start, match_len):
+        S = delta_update(S, k[t], v[t], beta[t])""",
+        new=""".to(k.dtype) if start in snapshots else torch.zeros(d_v, d_k, dtype=k.dtype)
+    for t in range(start, match_len):
+        S.copy_(delta_update(S, k[t], v[t], beta[t]))"""),
     Bug("resume_ignores_snapshots", "12.4", "recomputes the state from zero and ignores the snapshots",
         old="start = max([p for p in snapshots if p <= match_len] + [0])", new="start = 0"),
     # 12.5: one scheduler step
@@ -114,6 +123,29 @@ return hashes"""),
     Bug("step_preempts_oldest", "12.5",
         "preempts the oldest running request instead of the newest, throwing away the most work",
         old="victim = max((x for x in order", new="victim = min((x for x in order"),
+    Bug("step_victim_ties_to_lower_id", "12.5",
+        "picks the victim by arrival alone, so among requests that arrived together it preempts the first "
+        "(the lower id), not the largest (arrival, id)",
+        old='victim = max((x for x in order if x["id"] not in done and x["id"] not in preempted), key=fcfs)',
+        new='victim = max((x for x in order if x["id"] not in done and x["id"] not in preempted), '
+            'key=lambda x: x["arrival"])'),
+    Bug("step_preempts_once", "12.5",
+        "preempts at most one victim per request and skips the request when its pages still do not fit, "
+        "where preemption must repeat until they do",
+        old="""        while need > free_pages:
+            victim = max((x for x in order if x["id"] not in done and x["id"] not in preempted), key=fcfs)
+            preempted.append(victim["id"])
+            free_pages += pages_needed(victim["computed"], page_size)
+            if victim is r:
+                break
+        if r["id"] in preempted:
+            continue""",
+        new="""        if need > free_pages:
+            victim = max((x for x in order if x["id"] not in done and x["id"] not in preempted), key=fcfs)
+            preempted.append(victim["id"])
+            free_pages += pages_needed(victim["computed"], page_size)
+        if r["id"] in preempted or need > free_pages:
+            continue"""),
     Bug("step_ties_to_higher_id", "12.5", "breaks arrival ties among running requests in favour of the higher id",
         old="order = sorted(running, key=fcfs)", new='order = sorted(running, key=lambda r: (r["arrival"], -r["id"]))'),
     Bug("step_waiting_by_id", "12.5", "orders the waiting queue by id instead of by arrival",
@@ -142,6 +174,9 @@ return hashes"""),
         "keeps a preempted request's computed tokens, as if its pages had been swapped out, though the "
         "scheduler freed them",
         old='state[rid]["computed"] = spec[rid].get("cached", 0)', new="pass"),
+    Bug("trace_preempted_loses_cached_prefix", "12.6",
+        "restarts a preempted request from token 0, as if its prefix-cache hit were lost with its pages",
+        old='state[rid]["computed"] = spec[rid].get("cached", 0)', new='state[rid]["computed"] = 0'),
     Bug("trace_token_a_step_late", "12.6",
         "records each generated token at the next step instead of the step that computed it",
         old="token_steps[rid].append(step)", new="token_steps[rid].append(step + 1)"),
@@ -159,6 +194,18 @@ return hashes"""),
         " for p99 of 100 values)",
         old="return values[-(-percentile * len(values) // 100) - 1]",
         new="return values[min(len(values) - 1, int(percentile / 100 * len(values)))]"),
+    Bug("latency_float_rank", "12.7",
+        "computes the nearest rank in floats, ceil(p / 100 * n), which rounds up past an exact integer "
+        "(7 / 100 * 100 is 7.000000000000001) and takes the next value",
+        old="return values[-(-percentile * len(values) // 100) - 1]",
+        new="return values[math.ceil(percentile / 100 * len(values)) - 1]"),
+    Bug("latency_interpolated_percentile", "12.7",
+        "interpolates between the two values around the rank, NumPy's default percentile, where the "
+        "statement asks for the nearest rank",
+        old="""        values = sorted(values)
+        return values[-(-percentile * len(values) // 100) - 1]""",
+        new="""        return torch.quantile(torch.tensor(values, dtype=torch.float64), percentile / 100).item()""",
+        kind="percentile_interpolated"),
     Bug("latency_itl_step_length", "12.7",
         "measures each inter-token latency as the length of the step that made the token, not the gap since "
         "the previous token",
@@ -169,8 +216,7 @@ return hashes"""),
     # 12.8: the offload tier
     Bug("offload_no_overlap", "12.8",
         "adds the link's time to the GPU's, as if a block could not be reloaded while another is recomputed",
-        old="seconds = max(link, Fraction(recomputed[host_blocks - m], peak_flops))",
-        new="seconds = link + Fraction(recomputed[host_blocks - m], peak_flops)"),
+        old="seconds = max(link, gpu)", new="seconds = link + gpu"),
     Bug("offload_attends_p_keys", "12.8",
         "lets position p attend to p keys instead of p + 1, leaving out the token's own key",
         old="pairs = page_size * (page_size + 1) // 2 + j * page_size * page_size",
@@ -180,8 +226,8 @@ return hashes"""),
         old="for j in range(gpu_blocks, gpu_blocks + host_blocks):", new="for j in range(host_blocks):"),
     Bug("offload_reloads_first_blocks", "12.8",
         "reloads the first m host blocks and recomputes the last ones, whose keys attend to the longest prefix",
-        old="Fraction(recomputed[host_blocks - m], peak_flops))",
-        new="Fraction(recomputed[host_blocks] - recomputed[m], peak_flops))"),
+        old="Fraction(recomputed[host_blocks - m], peak_flops),",
+        new="Fraction(recomputed[host_blocks] - recomputed[m], peak_flops),"),
     Bug("offload_ties_to_more_reload", "12.8", "breaks a tie between two plans toward the one that reloads more blocks",
         old="if best is None or seconds < best:", new="if best is None or seconds <= best:"),
     Bug("offload_forgets_state", "12.8",
@@ -197,13 +243,13 @@ return hashes"""),
         old="moved = m * block_bytes + (state_bytes if m else 0)", new="moved = m * block_bytes + state_bytes"),
     Bug("offload_break_even_not_strict", "12.8",
         "counts a block whose reload takes exactly as long as its recomputation as a break-even",
-        old="""    if excess < 0:
+        old="""    if excess < 0 or Fraction(reload_bytes, link_bandwidth) < weights_seconds:
         break_even = 0
     elif slope == 0:
         break_even = None
     else:
         break_even = excess // slope + 1""",
-        new="""    if excess <= 0:
+        new="""    if excess <= 0 or Fraction(reload_bytes, link_bandwidth) <= weights_seconds:
         break_even = 0
     elif slope == 0:
         break_even = None
@@ -212,7 +258,26 @@ return hashes"""),
     Bug("offload_float_times", "12.8",
         "compares the plans' times in floats, whose rounding can break an exact tie either way",
         old="""        link = Fraction(moved, link_bandwidth)
-        seconds = max(link, Fraction(recomputed[host_blocks - m], peak_flops))""",
+        gpu = 0  # no block recomputed: no pass, no weights read
+        if m < host_blocks:
+            gpu = max(Fraction(recomputed[host_blocks - m], peak_flops), weights_seconds)""",
         new="""        link = m * (block_bytes / link_bandwidth) + (state_bytes if m else 0) / link_bandwidth
-        seconds = max(link, recomputed[host_blocks - m] / peak_flops)"""),
+        gpu = 0
+        if m < host_blocks:
+            gpu = max(recomputed[host_blocks - m] / peak_flops, weight_bytes / memory_bandwidth)"""),
+    Bug("offload_compute_only", "12.8",
+        "costs a recomputation by its FLOPs at the peak alone, without the weights every forward pass reads "
+        "from GPU memory, so a short span of a large model looks almost free",
+        old="weights_seconds = Fraction(weight_bytes, memory_bandwidth)", new="weights_seconds = 0"),
+    Bug("offload_weights_per_block", "12.8",
+        "reads the weights once per recomputed block, where one forward pass over the span reads them once",
+        old="gpu = max(Fraction(recomputed[host_blocks - m], peak_flops), weights_seconds)",
+        new="gpu = max(Fraction(recomputed[host_blocks - m], peak_flops), (host_blocks - m) * weights_seconds)"),
+    Bug("offload_weights_without_recompute", "12.8",
+        "charges the weights' read even when no block is recomputed and the GPU runs no pass",
+        old="""        gpu = 0  # no block recomputed: no pass, no weights read
+        if m < host_blocks:
+            gpu""", new="""        gpu = 0
+        if True:
+            gpu"""),
 ]

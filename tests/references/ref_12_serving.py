@@ -53,6 +53,16 @@ class _Page:
 
 def prefix_cache_replay(events, num_pages, page_size):
     """The cache as a list of page records; every choice made by scanning all pages."""
+    return _replay(events, num_pages, page_size, later_block_first=True)
+
+
+def prefix_cache_replay_first_block_first(events, num_pages, page_size):
+    """The same cache with the eviction tie read the other way: among pages released at
+    one event, the earlier block of its sequence first (a named mistake, not the rule)."""
+    return _replay(events, num_pages, page_size, later_block_first=False)
+
+
+def _replay(events, num_pages, page_size, later_block_first):
     if not isinstance(events, (list, tuple)):
         raise TypeError("events must be a list")
     _int("num_pages", num_pages, 1)
@@ -100,7 +110,7 @@ def prefix_cache_replay(events, num_pages, page_size):
                 pg = free[0]
             else:
                 old = [pg for pg in pages if pg.refs == 0 and pg.key is not None and pg.pid not in table]
-                old.sort(key=lambda pg: (pg.released, -pg.block, pg.pid))
+                old.sort(key=lambda pg: (pg.released, -pg.block if later_block_first else pg.block, pg.pid))
                 pg = old[0]
                 pg.key = pg.block = None
             pg.refs = 1
@@ -340,14 +350,40 @@ def latency_percentiles(token_steps, arrivals, step_seconds, percentile):
     return {"ttft": rank(ttft), "itl": rank(itl) if itl else None}
 
 
+def latency_percentiles_interpolated(token_steps, arrivals, step_seconds, percentile):
+    """The same latencies with NumPy's default percentile, interpolated linearly between
+    the sorted values around rank (n - 1) p / 100 (a named mistake, not the rule)."""
+    nearest = latency_percentiles(token_steps, arrivals, step_seconds, percentile)  # validates
+
+    def end(s):
+        return math.fsum(step_seconds[: s + 1])
+
+    ttft, itl = [], []
+    for rid, steps in token_steps.items():
+        ttft.append(end(steps[0]) - arrivals[rid])
+        itl += [end(steps[j]) - end(steps[j - 1]) for j in range(1, len(steps))]
+
+    def interpolated(values):
+        values = sorted(values)
+        h = Fraction(percentile * (len(values) - 1), 100)
+        lo = int(h)
+        if lo + 1 >= len(values):
+            return values[lo]
+        return float(values[lo] + (h - lo) * (Fraction(values[lo + 1]) - Fraction(values[lo])))
+
+    return {"ttft": interpolated(ttft), "itl": interpolated(itl) if nearest["itl"] is not None else None}
+
+
 # -- 12.8 ------------------------------------------------------------------------------
 def offload_plan(gpu_blocks, host_blocks, page_size, kv_bytes_per_token, state_bytes, flops_per_token,
-                 attn_flops_per_pair, link_bandwidth, peak_flops):
+                 attn_flops_per_pair, link_bandwidth, peak_flops, weight_bytes, memory_bandwidth):
     for name, value in (("gpu_blocks", gpu_blocks), ("host_blocks", host_blocks),
                         ("kv_bytes_per_token", kv_bytes_per_token), ("state_bytes", state_bytes),
-                        ("flops_per_token", flops_per_token), ("attn_flops_per_pair", attn_flops_per_pair)):
+                        ("flops_per_token", flops_per_token), ("attn_flops_per_pair", attn_flops_per_pair),
+                        ("weight_bytes", weight_bytes)):
         _int(name, value, 0)
-    for name, value in (("page_size", page_size), ("link_bandwidth", link_bandwidth), ("peak_flops", peak_flops)):
+    for name, value in (("page_size", page_size), ("link_bandwidth", link_bandwidth), ("peak_flops", peak_flops),
+                        ("memory_bandwidth", memory_bandwidth)):
         _int(name, value, 1)
     P = page_size
     # block j as the last block of a reloaded prefix: its keys and values, and the
@@ -361,11 +397,17 @@ def offload_plan(gpu_blocks, host_blocks, page_size, kv_bytes_per_token, state_b
             total += flops_per_token + attn_flops_per_pair * (p + 1)
         return total
 
+    def recompute(flops):
+        """Seconds of one forward pass over a span: Chapter 1's roofline, its FLOPs at the
+        peak or the weights read once at the memory bandwidth, whichever is slower."""
+        return max(Fraction(flops, peak_flops), Fraction(weight_bytes, memory_bandwidth))
+
     def reload_wins(j):
-        return Fraction(last_block, link_bandwidth) < Fraction(work(j), peak_flops)
+        return Fraction(last_block, link_bandwidth) < recompute(work(j))
 
     # the first block where reloading wins: recompute cost never falls with j, so double
     # an upper bound, then bisect; with no attention term the cost is the same at every j
+    # (and the weights' side of the roofline is the same at every j too)
     if reload_wins(0):
         first = 0
     elif attn_flops_per_pair == 0:
@@ -391,7 +433,7 @@ def offload_plan(gpu_blocks, host_blocks, page_size, kv_bytes_per_token, state_b
         # the prefix, if anything is reloaded (recomputation carries it up to the reload)
         moved = sum(P * kv_bytes_per_token for _ in reloaded) + (state_bytes if reloaded else 0)
         link = Fraction(moved, link_bandwidth)
-        gpu = Fraction(sum(costs[: host_blocks - m]), peak_flops)
+        gpu = recompute(sum(costs[: host_blocks - m])) if m < host_blocks else Fraction(0)
         times.append(link if link > gpu else gpu)
     best = min(times)
     m = times.index(best)  # the first, so the smallest m among equal times
