@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import ast
 import json
+import math
+import operator
 import shutil
 import subprocess
 import sys
@@ -131,17 +133,55 @@ def _code_cells(text: str):
 
 
 SCALARS = (bool, int, float, str, type(None))  # the constants a kernel may read (and JSON carries)
+MATH = {"sqrt": math.sqrt, "log": math.log, "log2": math.log2, "log10": math.log10, "exp": math.exp}
+OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+             ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 
 
-def _constant(node: ast.expr) -> dict | None:
-    """``{"plain": v}`` for a scalar literal, ``{"constexpr": v}`` for ``tl.constexpr(literal)``."""
-    if _literal(node) and isinstance(ast.literal_eval(node), SCALARS):
-        return {"plain": ast.literal_eval(node)}
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "constexpr"
-            and len(node.args) == 1 and not node.keywords and _literal(node.args[0])
-            and isinstance(ast.literal_eval(node.args[0]), SCALARS)):
-        return {"constexpr": ast.literal_eval(node.args[0])}
-    return None
+def _evaluate(node: ast.expr, known: dict):
+    """The value of a constant expression: scalar literals, the constants read so far
+    (``known``), arithmetic, ``math.pi``, ``math.e`` and ``math.sqrt``/``log``/``exp`` of
+    those. Anything else (a call of the notebook's own, an attribute of an object) raises
+    ValueError: this reads values, it runs nothing of the notebook's."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, SCALARS):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in known:
+        return known[node.id][next(iter(known[node.id]))]
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "math" \
+            and node.attr in ("pi", "e"):
+        return getattr(math, node.attr)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return _number(-_number(_evaluate(node.operand, known)) if isinstance(node.op, ast.USub)
+                       else _evaluate(node.operand, known))
+    if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
+        left, right = _number(_evaluate(node.left, known)), _number(_evaluate(node.right, known))
+        if isinstance(node.op, ast.Pow) and abs(right) > 64:
+            raise ValueError("an exponent too large for a constant")
+        return _number(OPERATORS[type(node.op)](left, right))
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "math" and node.func.attr in MATH and len(node.args) == 1 and not node.keywords):
+        return MATH[node.func.attr](_number(_evaluate(node.args[0], known)))
+    raise ValueError("not a constant expression")
+
+
+def _number(value):
+    """``value`` when it is an int or a float a kernel can hold (an int within 64 bits):
+    so a chain of constants cannot grow without bound in the judge."""
+    if type(value) not in (int, float) or (type(value) is int and abs(value) >= 2**64):
+        raise ValueError("not a number a kernel can hold")
+    return value
+
+
+def _constant(node: ast.expr, known: dict) -> dict | None:
+    """``{"plain": v}`` for a constant expression (:func:`_evaluate`), ``{"constexpr": v}``
+    for ``tl.constexpr(expression)``; None for anything else."""
+    wrapped = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "constexpr"
+               and len(node.args) == 1 and not node.keywords)
+    try:
+        value = _evaluate(node.args[0] if wrapped else node, known)
+    except (ValueError, TypeError, ArithmeticError, RecursionError):
+        return None
+    return {"constexpr" if wrapped else "plain": value} if isinstance(value, SCALARS) else None
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
@@ -167,6 +207,8 @@ def _stored_names(node: ast.stmt) -> set[str]:
 
 def _read_statement(kernels: Kernels, node: ast.stmt, lines: list[str], file: str) -> None:
     """What one top-level statement defines, in order: a later binding replaces an earlier one."""
+    assigned = isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+    value = _constant(node.value, kernels.values) if assigned else None  # before it rebinds (``N = N * 2``)
     for name in _stored_names(node):
         for table in (kernels.functions, kernels.modules, kernels.values):
             table.pop(name, None)
@@ -183,9 +225,8 @@ def _read_statement(kernels: Kernels, node: ast.stmt, lines: list[str], file: st
                 bound = alias.asname or module
             if module in MODULES:
                 kernels.modules[bound] = MODULES[module]
-    elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+    elif assigned:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        value = _constant(node.value)
         if value is not None and len(targets) == 1 and isinstance(targets[0], ast.Name):
             kernels.values[targets[0].id] = value
 

@@ -157,6 +157,11 @@ def test_a_kernel_that_runs_code_when_defined_or_is_rebound_is_not_compiled():
     assert "default" in runs_code_when_defined(kernels.functions["k2"].node)
     assert "annotation" in runs_code_when_defined(kernels.functions["k3"].node)
     assert kernels.values["k4"] == {"plain": 3}
+    constants = notebook_kernels(_notebook("import math\nBLOCK = 64\nBLOCK = BLOCK * 2\nHALF = BLOCK // 2\n"
+                                           "SCALE = tl.constexpr(1 / math.sqrt(2))\nBIG = 2**70\nF = open('x')\n"
+                                           "NAMES = {'a'}\n"), "nb.ipynb").values
+    assert constants == {"BLOCK": {"plain": 128}, "HALF": {"plain": 64},
+                         "SCALE": {"constexpr": 0.7071067811865475}}, constants
 
 
 def test_a_launch_off_its_schema_or_unlike_the_kernel_is_refused():
