@@ -8,10 +8,11 @@ the notebook's code, which could answer anything. Instead:
 1. The judge reads the kernels' *source* in the notebook's file (:func:`notebook_kernels`:
    the last top-level ``@triton.jit`` definition of each name, in the cells that are run),
    with the references' kernels in place of the other exercises' where an exercise is
-   graded alone (7.4's helpers inside the reference flash kernel).
+   graded alone (7.4's helpers inside the reference flash kernel), and the scalar
+   constants a kernel may read, evaluated here without running anything (:func:`_evaluate`).
 2. The contestant only says what the notebook's wrapper launches (its block sizes,
    ``num_warps``): a :class:`LaunchRequest`, checked here against the parameters of the
-   kernel read in step 1.
+   kernel read in step 1; it must launch the exercise's own kernel.
 3. A fresh child in the contestants' sandbox (``grading.proc.zygote.contain``), which never
    ran a cell of the notebook, defines those kernels from their source and compiles them
    (``python -m gpucompile``). Defining them runs nothing of the notebook's: a definition
