@@ -297,7 +297,7 @@ def test_full_attention_visits_every_tile_once(nb, N_q, N_k, bq, bk):
 # inputs long enough that the score matrix, or K and V repeated per query head, is 128 MiB
 # or more, and a correct tiled pass needs a few MiB beside its inputs and output.
 # (B, H, H_kv, N_q, N_k, D, block_q, block_k)
-MEMORY_SHAPES = [(1, 2, 1, 4096, 4096, 16, 256, 256), (1, 32, 1, 16, 65536, 16, 16, 1024)]
+MEMORY_SHAPES = [(1, 2, 1, 4096, 4096, 16, 512, 512), (1, 32, 1, 16, 65536, 16, 16, 1024)]
 MEMORY_ALLOWED = 80 * 2**20  # held and added during the call; the solution: 50 MiB
 CHECKED_ROWS = 32  # the last query rows, compared with the reference (all of them would cost it 128 MiB)
 
@@ -306,7 +306,7 @@ CHECKED_ROWS = 32  # the last query rows, compared with the reference (all of th
 @pytest.mark.points(2)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("B,H,H_kv,N_q,N_k,D,bq,bk", MEMORY_SHAPES,
-                         ids=["B1-H2-Hkv1-N4096-D16-bq256-bk256", "B1-H32-Hkv1-Nq16-Nk65536-D16-bq16-bk1024"])
+                         ids=["B1-H2-Hkv1-N4096-D16-bq512-bk512", "B1-H32-Hkv1-Nq16-Nk65536-D16-bq16-bk1024"])
 def test_never_materialises_scores_or_repeated_kv(nb, B, H, H_kv, N_q, N_k, D, bq, bk, causal):
     """No intermediate as large as the N_q x N_k score matrix or as K repeated for every
     query head, in torch or in anything else: the contestant's whole memory is measured."""
