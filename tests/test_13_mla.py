@@ -153,7 +153,9 @@ def test_mla_attention_absorbed_never_up_projects_the_cache(nb):
             f"{call} used {peak.bytes / mib:.0f} MiB ({peak.held / mib:.0f} MiB held when it started, "
             f"{peak.charged / mib:.0f} MiB more at its peak, measured by the {peak.how}); the keys up-projected "
             f"from the cache are {B * H * N * d_nope * 4 / mib:.0f} MiB, and attending over the latent cache "
-            f"itself needs no more than {ABSORBED_MEMORY_ALLOWED / mib:.0f} MiB")
+            f"itself needs no more than {ABSORBED_MEMORY_ALLOWED / mib:.0f} MiB",
+            # what diagnosis compares: the bound, not the measured MiB, which move from run to run
+            {"kind": "message", "text": f"{call} used more than {ABSORBED_MEMORY_ALLOWED / mib:.0f} MiB"})
 
 
 @pytest.mark.ex13_2
