@@ -499,9 +499,14 @@ def test_ring_attention_on_gloo_sends_only_the_ring_bytes(nb):
     formula = ref.ring_bytes_per_layer(P * n, P, B, H_kv, D, 4)
     if sent > WIRE_SLACK * P * formula:
         raise GradingFailure(
-            f"ring_attention on {P} gloo processes sent {sent} bytes in all, counted on the wire; the ring needs "
-            f"{formula} per rank (K and V, {P - 1} times: ring_bytes_per_layer({P * n}, {P}, {B}, {H_kv}, {D}, 4)), "
-            f"{P * formula} in all, and headers cost no more than {WIRE_SLACK - 1:.0%} beside them")
+            # In MiB and as a ratio, and diagnosis compares only the bound: the exact count moves by a
+            # few headers from one run to the next.
+            f"ring_attention on {P} gloo processes sent {sent / 2**20:.1f} MiB in all, counted on the wire, "
+            f"{sent / (P * formula):.1f}x what the ring needs: {formula} bytes per rank (K and V, {P - 1} times: "
+            f"ring_bytes_per_layer({P * n}, {P}, {B}, {H_kv}, {D}, 4)), and headers cost no more than "
+            f"{WIRE_SLACK - 1:.0%} beside them",
+            {"kind": "message", "text": f"ring_attention on {P} gloo processes sent more than {WIRE_SLACK}x the ring's "
+                                        "bytes"})
 
 
 @pytest.mark.ex10_6
