@@ -401,6 +401,12 @@ def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None =
         target = tree / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
+    # The calls into another exercise that the judge may answer with a reference: the
+    # zip has no solutions to record them from, so it ships them.
+    from grading.judge import answers
+
+    for c in found:
+        answers.ship_calls(c.stem, tree / answers.RECORDS.relative_to(ROOT))
     (tree / GRADER_PINS).write_text(grader_requirements(packages))
     for script in ("setup.sh", "run_autograder"):
         (tree / script).chmod(0o755)

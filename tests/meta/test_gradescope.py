@@ -445,7 +445,19 @@ def test_setup_converts_the_model_for_a_zip_of_chapter_12(tmp_path):
 def test_prepare_does_nothing_for_a_zip_without_the_model(built, tmp_path):
     root = autograder_root(built["zip"], tmp_path / "root")
     assert gradescope.prepare(root / "source") == "no model to prepare: the zip packages no modellab/"
-    assert not (root / "source" / "_build").exists()
+    assert not (root / "source" / "_build" / "modellab").exists()
+
+
+def test_the_zip_ships_the_calls_its_judge_may_answer(built, tmp_path):
+    """The zip has no solutions to record the calls into other exercises from, so it ships
+    them; each chapter whose solution makes such calls has its file, and the judge reads it."""
+    from grading.judge import answers
+
+    root = autograder_root(built["zip"], tmp_path / "root")
+    shipped = root / "source" / answers.RECORDS.relative_to(gradescope.ROOT)
+    for stem in json.loads((root / "source" / gradescope.CONFIG).read_text())["chapters"].split(","):
+        calls = answers.answered_calls(stem)
+        assert (shipped / f"{stem}{answers.SHIPPED_SUFFIX}").is_file() == bool(calls), stem
 
 
 # -- a memory kill is the container's failure, shown to the instructor, never the student's ---------
