@@ -328,7 +328,9 @@ def test_never_materialises_scores_or_repeated_kv(nb, B, H, H_kv, N_q, N_k, D, b
             f"{call} used {peak.bytes / mib:.0f} MiB ({peak.held / mib:.0f} MiB held when it started, "
             f"{peak.charged / mib:.0f} MiB more at its peak, measured by the {peak.how}); the full score matrix "
             f"is {B * H * N_q * N_k * 4 / mib:.0f} MiB and K repeated per query head {B * H * N_k * D * 4 / mib:.0f} "
-            f"MiB, and a tiled pass needs no more than {MEMORY_ALLOWED / mib:.0f} MiB")
+            f"MiB, and a tiled pass needs no more than {MEMORY_ALLOWED / mib:.0f} MiB",
+            # what diagnosis compares: the bound, not the measured MiB, which move from run to run
+            {"kind": "message", "text": f"{call} used more than {MEMORY_ALLOWED / mib:.0f} MiB"})
 
 
 def forward_bad_inputs():
