@@ -4,7 +4,7 @@
   set size (PSS: a page shared by n processes counts 1/n, so a fork's pages are not counted
   twice) of the whole process tree while ``run_autograder`` grades that chapter's solved
   notebook: the front door, the judge, the sandbox, the zygote, the contestants and their
-  children. The tree is sampled from outside every :data:`SAMPLE_S` seconds, each process's
+  children. The tree is sampled from outside (:func:`benchmarks.bench_grading.tree_peaks`), each process's
   ``Pss`` read from ``/proc/<pid>/smaps_rollup``. The run is Gradescope's, as
   ``tests/meta/test_gradescope.py`` stands it in: an ``autograder.zip`` of every chapter,
   unpacked into a temporary ``/autograder``, the model converted beforehand as ``setup.sh``
@@ -29,80 +29,19 @@ import datetime
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
+from benchmarks.bench_grading import PEAK_SAMPLE_S as SAMPLE_S
+from benchmarks.bench_grading import tree_peaks
 from benchmarks.records import Record
 from grading.layout import BENCH_RESULTS, BUILD, ROOT
 
 RESULTS = BENCH_RESULTS / "gradescope_peak_pss.json"  # what make gradescope reads
 BUILD_RESULTS = BUILD / "bench" / "gradescope_peak_pss.json"  # what make bench writes
-SAMPLE_S = 0.05  # how often the process tree's memory is read
 GOAL_MIB = 732  # Gradescope's default container: 768 MB
 TIMEOUT_S = 1200.0
-
-
-def pss_kib(pid: int) -> int:
-    """One process's PSS in KiB, from ``/proc/<pid>/smaps_rollup``; 0 for a process that
-    is gone or cannot be read."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it, from ``/proc/<pid>/task/*/children``."""
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        try:
-            tasks = os.listdir(f"/proc/{current}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{current}/task/{task}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-            except (OSError, ValueError):
-                pass
-    return found
-
-
-def tree_peaks(command: list[str], cwd: Path, env: dict) -> tuple[dict[str, float], str, int]:
-    """Run ``command`` (the front door prints ``grading <stem>`` as each chapter starts) and
-    sample its process tree's PSS: {stem: peak MiB while that chapter was graded}, the log,
-    the exit status."""
-    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    current: dict[str, str | None] = {"stem": None}
-    log: list[str] = []
-
-    def follow():
-        for line in proc.stdout:
-            log.append(line)
-            if line.startswith("grading "):
-                current["stem"] = line.split()[1]
-
-    reader = threading.Thread(target=follow, daemon=True)
-    reader.start()
-    peaks: dict[str, float] = {}
-    while proc.poll() is None:
-        total = sum(pss_kib(p) for p in descendants(proc.pid)) / 1024
-        stem = current["stem"]
-        if stem:
-            peaks[stem] = max(peaks.get(stem, 0.0), total)
-        time.sleep(SAMPLE_S)
-    reader.join(timeout=10)
-    return peaks, "".join(log), proc.returncode
 
 
 def _link_model(source: Path) -> None:
