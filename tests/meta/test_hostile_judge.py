@@ -223,7 +223,11 @@ def test_no_feedback_names_or_counts_a_hidden_test(graded):
 def test_an_aliased_answer_is_refused_and_the_judge_stays_small(graded):
     rows = _rows(graded, "alias_forged")
     assert rows["1.1"]["status"] == "tampered" and "overlap" in rows["1.1"]["message"], rows["1.1"]
-    assert all(r["status"] == "passed" for k, r in rows.items() if not k.startswith("1.1"))
+    # A hidden test's call into another exercise is in no record of the solution's calls, so
+    # the notebook's own kv_bytes_per_token runs inside 1.2's hidden test, and forges again.
+    assert rows["1.2 hidden"]["status"] == "tampered", rows["1.2 hidden"]
+    others = {k: (r["status"], r["message"]) for k, r in rows.items() if k not in ("1.1", "1.1 hidden", "1.2 hidden")}
+    assert all(status == "passed" for status, _ in others.values()), others
     peak = graded["peaks"]["alias_forged"]
     assert peak["finished"] and peak["memory_mb"] == MEMORY_MB
     # Its judge's own limit is --memory-mb + runner.JUDGE_OWN_MB; 3.6 GiB of copies never happened.
