@@ -25,11 +25,12 @@ from grading.layout import EXERCISE_LINE, EXERCISES, ROOT, SOLUTIONS, cell_sourc
 from grading.classroom.matching import (Chapter, Submission, entry_kind, match_folder, readable,
                               unpack_zip)
 from grading.notebook.loader import MAX_CAPTURED_CHARS
+from grading.notebook.untrusted import NOTEBOOK_CAP
 from grading.outcome import MESSAGE_CHARS, TestOutcome
 from grading.proc.judges import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, OUTPUT_CAP, ChildResult, run_child
 from grading.wire import ExitRecord
 
-MAX_NOTEBOOK_BYTES = 50 * 2**20
+MAX_NOTEBOOK_BYTES = NOTEBOOK_CAP  # the size untrusted.read_submission reads at most
 # The packages of this repository the judge imports: every file in them is fingerprinted,
 # so a list kept by hand cannot drift (grading.diagnosis and grading.contestant.triton_bounds once
 # fell out of one).
