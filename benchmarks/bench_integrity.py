@@ -14,7 +14,7 @@ keeping it apart costs.
   every writable place, keys, a message queue, a running process). Goal 0.
 - ``grade.oracle_points``: what the submissions of ``tests/meta/test_hostile_oracle.py``
   earn, whose exercises only call each other where one is another's special case (Chapters
-  3, 5 and 6), beyond what the same code earns honestly: the judge answers a call into
+  1, 3, 5, 6 and 9), beyond what the same code earns honestly: the judge answers a call into
   another exercise only where the solution made it in the same test (``grading.judge.answers``).
   Goal 0.
 - ``grade.inside_only_points``: the points of the graders' checks that only the notebook's
@@ -113,7 +113,7 @@ def _oracle_points(base: Path) -> Record:
 
     return Record("grade.oracle_points", oracle_points(grade_class(base)), "points", "== 0",
                   note="points earned beyond their honest code by the stubs of tests/meta/test_hostile_oracle.py "
-                       "whose exercises only call each other (Chapters 3, 5 and 6)")
+                       "whose exercises only call each other (Chapters 1, 3, 5, 6 and 9)")
 
 
 def _hostile_files(base: Path) -> tuple[float, float]:

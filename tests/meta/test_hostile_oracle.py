@@ -5,7 +5,12 @@ one: Chapter 6's delta rule (6.3) is the gated rule (6.4) with every gate 0, and
 recurrent (6.4) and chunkwise (6.5) forms are the same recurrence; Chapter 3's
 per-group quantization (3.2) is the per-channel one (3.3) on the transposed tensor;
 Chapter 5's blocked forward pass (5.5) is one fold of the whole score matrix (5.2) and
-its finish (5.3). While one exercise is graded the others are the references', so such a
+its finish (5.3); Chapter 1's bytes per token (1.1) is a one-token cache of one
+sequence (1.2), and its largest token count (1.4) a batch of one-token sequences (1.6);
+Chapter 9's plain RoPE frequencies (9.1) are position interpolation (9.3) by a factor of 1.
+The other chapters' answered calls are only the honest way round (10.6 around 10.1-10.2,
+11.5 on 11.4's bound, 12.2 on 12.1's hashes, 12.6 driving 12.5): no exercise there is
+another's special case. While one exercise is graded the others are the references', so such a
 stub would be graded on the references. The judge answers a call into another exercise
 only where the solution makes the same call in the same test (grading.judge.answers):
 every other call runs the notebook's own function, which here calls back, and never
@@ -99,12 +104,52 @@ def flash_attention(q, k, v, causal=False, block_q=None, block_k=None, return_ls
     return (out, lse.reshape(B, H, N).float()) if return_lse else out
 '''
 
+# 1.2 and 1.6 the solution's way (on 1.1 and 1.4): honest.
+CACHE_ON_TOKENS = '''
+def kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, dtype="fp16"):
+    return kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype) * seq_len * batch_size
+
+def max_batch_size(device_bytes, weight_bytes, bytes_per_token, seq_len, reserve_bytes=0, page_size=None):
+    tokens = max_tokens(device_bytes, weight_bytes, bytes_per_token, reserve_bytes)
+    per_sequence = seq_len if page_size is None else -(-seq_len // page_size) * page_size
+    return tokens // per_sequence
+'''
+# 1.1 as a one-token cache of one sequence, 1.4 as a batch of one-token (or one-page) sequences.
+TOKENS_AS_CACHE = '''
+def kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype="fp16"):
+    return kv_cache_bytes(num_layers, num_kv_heads, head_dim, 1, 1, dtype)
+
+def max_tokens(device_bytes, weight_bytes, bytes_per_token, reserve_bytes=0, page_size=None):
+    if page_size is None:
+        return max_batch_size(device_bytes, weight_bytes, bytes_per_token, 1, reserve_bytes)
+    return max_batch_size(device_bytes, weight_bytes, bytes_per_token, page_size, reserve_bytes, page_size) * page_size
+'''
+# 9.3 the solution's way, on 9.1: honest.
+LINEAR_ON_ROPE = '''
+def linear_inv_freq(head_dim, base, factor):
+    return rope_inv_freq(head_dim, base) / factor
+'''
+# 9.1 as position interpolation by a factor of 1.
+ROPE_AS_LINEAR = '''
+def rope_inv_freq(head_dim, base=10000.0):
+    return linear_inv_freq(head_dim, base, 1.0)
+'''
+
 STUDENTS = {  # student -> (chapter, cells appended to its stub)
+    "oracle_01": ("01_kv_memory", [CACHE_ON_TOKENS, TOKENS_AS_CACHE]),
+    "honest_01": ("01_kv_memory", [CACHE_ON_TOKENS]),
     "oracle_03": ("03_quantized_kv_cache", [GROUPS_AS_KEYS, KEYS_AS_GROUPS]),
     "honest_33": ("03_quantized_kv_cache", [KEYS_AS_GROUPS]),
     "oracle_05": ("05_flash_attention", [FLASH_AS_ONE_FOLD]),
     "oracle_06": ("06_delta_rule", [DELTA_AS_GATED]),
+    "oracle_09": ("09_rope_scaling", [LINEAR_ON_ROPE, ROPE_AS_LINEAR]),
+    "honest_09": ("09_rope_scaling", [LINEAR_ON_ROPE]),
 }
+# Each oracle, its honest twin, the exercises it asks the other to compute, and the ones
+# it computes the honest way.
+PAIRS = {"oracle_01": ("honest_01", {"1.1", "1.4"}, {"1.2", "1.6"}),
+         "oracle_03": ("honest_33", {"3.2"}, {"3.3"}),
+         "oracle_09": ("honest_09", {"9.1"}, {"9.3"})}
 
 
 def _stub_with(stem: str, cells: list[str]) -> str:
@@ -156,21 +201,26 @@ def test_exercises_that_only_call_each_other_earn_nothing(graded, student):
     assert sum(earned.values()) == 0, {e: p for e, p in earned.items() if p}
 
 
-def test_a_special_case_called_as_the_general_one_earns_nothing(graded):
-    """3.2 asks for 3.3 on the transposed tensor: the solution never makes that call."""
-    earned = points(graded, "oracle_03", {"3.2"})
+@pytest.mark.parametrize("student", sorted(PAIRS))
+def test_a_special_case_called_as_the_general_one_earns_nothing(graded, student):
+    """3.2 asks for 3.3 on the transposed tensor, 1.1 for 1.2 with one token, 9.1 for 9.3
+    with a factor of 1: the solution never makes those calls."""
+    earned = points(graded, student, PAIRS[student][1])
     assert earned and sum(earned.values()) == 0, earned
 
 
-def test_the_honest_way_round_earns_what_honest_code_earns(graded):
-    """3.3 asks for 3.2 on the transposed keys, as the solution does: answered, and worth
-    exactly what the same cell earns beside stubs, no more."""
-    mine, honest = points(graded, "oracle_03", {"3.3"}), points(graded, "honest_33", {"3.3"})
+@pytest.mark.parametrize("student", sorted(PAIRS))
+def test_the_honest_way_round_earns_what_honest_code_earns(graded, student):
+    """3.3 asks for 3.2 on the transposed keys, as the solution does (and 1.2 for 1.1, 9.3
+    for 9.1): answered, and worth exactly what the same cell earns beside stubs, no more."""
+    twin, _, honest_way = PAIRS[student]
+    mine, honest = points(graded, student, honest_way), points(graded, twin, honest_way)
     assert mine == honest and sum(honest.values()) > 0, (mine, honest)
 
 
 def oracle_points(graded) -> float:
     """What the oracle submissions earn beyond what their honest code earns alone: the
     bench's ``grade.oracle_points`` (goal 0)."""
-    extra = sum(points(graded, "oracle_03").values()) - sum(points(graded, "honest_33", {"3.3"}).values())
+    extra = sum(sum(points(graded, s).values()) - sum(points(graded, twin, honest_way).values())
+                for s, (twin, _, honest_way) in PAIRS.items())
     return extra + sum(sum(points(graded, s).values()) for s in ("oracle_05", "oracle_06"))
