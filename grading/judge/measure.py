@@ -188,13 +188,17 @@ def _cgroup_dir(pid: int, inside: Path) -> Path:
     return inside.parent
 
 
+CGROUP_PREFIX = "grading-measure-"
+
+
 def _new_cgroup() -> _Cgroup | None:
     """A fresh memory cgroup beside the judge's own, or None where it may make none."""
-    name = f"grading-measure-{os.getpid()}-{next(_names)}"
+    name = f"{CGROUP_PREFIX}{os.getpid()}-{next(_names)}"
     for base, peak, reset in ((CGROUP_V1, "memory.max_usage_in_bytes", True), (CGROUP_V2, "memory.peak", False)):
         if not (base / "cgroup.procs").exists() or (base == CGROUP_V2 and not (base / "cgroup.controllers").exists()):
             continue
         home = _cgroup_dir(os.getpid(), base / "x")
+        _sweep(home)
         with contextlib.suppress(OSError):
             made = _Cgroup(home / name, peak, reset)
             if (made.folder / peak).exists():
@@ -228,6 +232,16 @@ def peak_memory(nb):
             group.leave()
         else:
             peak.charged = sum(max(0, _kib(_status(p).get("VmHWM", "")) - before.get(p, 0)) for p in now)
+
+
+def _sweep(home: Path) -> None:
+    """Remove the empty cgroups that a judge killed mid-call left beside ``home``'s (its pid is
+    gone): a killed batch must not leave the machine's cgroup tree growing."""
+    for folder in home.glob(CGROUP_PREFIX + "*"):
+        owner = folder.name.removeprefix(CGROUP_PREFIX).split("-", 1)[0]
+        if owner.isdigit() and not (PROC / owner).is_dir():
+            with contextlib.suppress(OSError):  # still holds a process, or another judge swept it first
+                folder.rmdir()
 
 
 def _reset_high_water(pid: int) -> int:

@@ -13,6 +13,7 @@ The batch-level attacks are in ``test_hostile_judge.py``.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -235,3 +236,16 @@ def test_the_judge_runs_under_its_own_memory_limit():
     soft, hard = json.loads(limits)[0]
     # Soft only: the contestants' zygote, its child, sets its own (lower or higher) limit.
     assert soft == 1500 * 2**20 and hard == resource.getrlimit(resource.RLIMIT_DATA)[1] and refused == "refused"
+
+
+def test_a_killed_judges_measuring_cgroups_are_swept(tmp_path):
+    """A judge killed mid-call leaves its empty memory cgroup: the next judge removes it,
+    and never one whose judge still runs."""
+    from grading.judge import measure
+
+    dead = 2**22 + 1  # above the kernel's pid_max: no process has it
+    gone, mine = tmp_path / f"{measure.CGROUP_PREFIX}{dead}-0", tmp_path / f"{measure.CGROUP_PREFIX}{os.getpid()}-0"
+    gone.mkdir()
+    mine.mkdir()
+    measure._sweep(tmp_path)
+    assert not gone.exists() and mine.exists()
