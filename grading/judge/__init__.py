@@ -1,8 +1,10 @@
 """The judge: the process that grades one student's chapter and never runs the notebook.
 
 - ``main``:     the process (``python -m grading.judge.main``): pytest on the graders, one exit record.
-- ``plugin``:   the pytest plugin: ``--notebooks``, ``--prove`` and its tallies (stubs, catalogue
-                bugs, diagnosis), points, each test's outcome.
+- ``plugin``:   the pytest plugin: ``--notebooks``, ``--prove``, the ``nb`` fixture, each test's outcome.
+- ``loading``:  the notebooks a run grades, each loaded once (``Unloadable`` when one cannot be read).
+- ``points``:   the points a run earns per chapter, and their summary.
+- ``proof``:    what ``--prove`` proved: stubs, catalogue bugs, diagnosis tables, the rule tables.
 - ``variant``:  which notebook a test runs on (graded, solution, stub, a bug, ``alone-N.M``).
 - ``messages``: what a student reads when a test fails.
 - ``proxy``:    ``nb``, the notebook as a proxy (``RemoteNotebook``, ``Remote``).

@@ -167,7 +167,7 @@ class Collector:
         if state is not None:
             from grading.notebook import review as tamper
             from grading.judge.proxy import RemoteNotebook
-            from grading.judge.plugin import Unloadable
+            from grading.judge.loading import Unloadable
 
             # The chapter's own load (a hidden-test copy of the notebook would repeat its notes).
             main = [v for (_, stem), v in state.cache.items() if stem == self.chapter] or list(state.cache.values())[:1]

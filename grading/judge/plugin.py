@@ -20,7 +20,6 @@ A test asks for the fixture ``nb``: the chapter's notebook as the judge holds it
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 from collections import defaultdict
@@ -33,21 +32,20 @@ from grading.proc.zygote import IN_PROCESS
 
 launcher.head_start()
 
+from grading import determinism, diagnosis
+from grading.judge import preload  # the model loaded before the first test's clock
+from grading.judge import replay
+from grading.judge import substitute  # each exercise graded alone (fixture + hook)
+from grading.judge.loading import Notebooks
 from grading.judge.messages import (brief_failure, cell_did_not_run, dependency_first, load_error_message,  # noqa: F401
                                     raised_where, student_message, variant_of)
+from grading.judge.points import Points
+from grading.judge.proof import Proof
 from grading.judge.variant import Variant, chapter_stem
 from grading.layout import ROOT, all_markers, exercise_of, exercise_of_marker
-from grading.judge import replay
-from grading import determinism, diagnosis
 from grading.notebook.catalogue import load_catalogue
-from grading.outcome import ChapterPoints, classify, earned, summary
-from grading.compare import GradingFailure
-from grading.notebook.loader import NotebookLoadError, read_notebook
-from grading.judge import substitute  # each exercise graded alone (fixture + hook)
-from grading.judge import preload  # the model loaded before the first test's clock
-
-
-
+from grading.notebook.loader import read_notebook
+from grading.outcome import classify, summary
 
 
 def pytest_addoption(parser):
@@ -75,7 +73,7 @@ def pytest_configure(config):
         replay.start_recording([f"tests.references.ref_{c.stem}" for c in discover_chapters()
                                 if (ROOT / "tests" / "references" / f"ref_{c.stem}.py").is_file()])
     config.addinivalue_line("markers", "points(n): what the test is worth (default 1)")
-    config.addinivalue_line("markers", "core: the exercise's core cases, all or nothing (grading.outcome.earned)")
+    config.addinivalue_line("markers", "core: the exercise's core cases, all or nothing (grading.scoring.earned)")
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped with the reason otherwise")
     for name in all_markers():
         config.addinivalue_line("markers", f"{name}: grades exercise {exercise_of_marker(name)}")
@@ -95,97 +93,35 @@ def pytest_configure(config):
     config.pluginmanager.register(config._grading, "grading-state")
 
 
-class Unloadable:
-    """Stands in for a notebook that could not be read: every use says why."""
-
-    def __init__(self, message: str):
-        self.message = message
-
-    def __getattr__(self, item):
-        if item.startswith("__"):
-            raise AttributeError(item)
-        raise GradingFailure(self.message)
-
-
 class GradingState:
+    """What one judge's run keeps: its notebooks (grading.judge.loading), its points
+    (grading.judge.points), what ``--prove`` proved (grading.judge.proof), and what the
+    graded notebook's failures say (diagnosis, the failing exercises)."""
+
     def __init__(self, config):
         self.config = config
-        self.cache: dict[tuple[str, str], object] = {}
-        # (stem, test function) -> [passed items, graded items, skipped items, points]
-        self.tests = defaultdict(lambda: [0, 0, 0, 1, False])
-        self.stub_escapes: list[str] = []
-        self.stub_checked = 0
-        self.bug_runs: dict[str, list[str]] = {}  # "stem/bug" -> tests that rejected it
-        self.bug_why: dict[str, str] = {}
+        self.notebooks = Notebooks(config)
+        self.points = Points()
+        self.proof = Proof(config)
         self.load_errors_reported: set[tuple] = set()  # (stem, exercise, cells): said once per exercise
-        # For grading.diagnosis: what each case produced, as an observation or "passed".
+        # For grading.diagnosis: what each case of the graded notebook produced.
         self.graded_cases = defaultdict(lambda: defaultdict(dict))  # stem -> exercise -> case -> obs
-        self.bug_cases = defaultdict(lambda: defaultdict(dict))  # stem -> bug -> case -> obs
-        self.case_exercise = defaultdict(dict)  # stem -> case -> exercise
-        self._proof: dict | None = None
         self.recorded_tests: list[str] = []  # --record-expected: the tests that ran (grading.judge.replay)
         # (stem, exercise) graded so far, and those with a failed test: a chapter graded as
         # a whole (the student edition) names a failing dependency first (student_message)
         self.exercises_ran: set[tuple[str, str]] = set()
         self.exercises_failed: set[tuple[str, str]] = set()
 
-    # -- loading ---------------------------------------------------------------
+    @property
+    def cache(self) -> dict[tuple[str, str], object]:
+        return self.notebooks.cache
+
     def notebook_dir(self) -> Path:
-        option = self.config.getoption("notebooks")
-        return Path(option).resolve() if option else ROOT / "solutions"
-
-    def load(self, variant: Variant, stem: str, tmp_factory):
-        key = (variant.id, stem)
-        if key not in self.cache:
-            self.cache[key] = self._load(variant, stem, tmp_factory)
-        return self.cache[key]
-
-    def _load(self, variant: Variant, stem: str, tmp_factory):
-        """The variant's notebook as the judge grades it: a proxy whose code runs in a
-        contestant (grading.judge). Only a submission (``--notebooks``) must be a regular
-        file; the book's own notebooks and the ones made from them here are trusted."""
-        import nbformat
-
-        from grading.judge.proxy import RemoteNotebook, open_notebook
-
-        name = f"{stem}.ipynb"
-        if os.environ.get(IN_PROCESS) == "1":
-            return self._load_in_process(variant, stem, name)
-        try:
-            if variant.kind == "graded":
-                folder = self.notebook_dir()
-                return open_notebook(folder / name, stem, trusted=folder == ROOT / "solutions")
-            if variant.kind == "solution":
-                return open_notebook(ROOT / "solutions" / name, stem, trusted=True)
-            if variant.kind == "stub":
-                return open_notebook(ROOT / "exercises" / name, stem, trusted=True)
-            solution = read_notebook(ROOT / "solutions" / name)
-            changed = substitute.only_solved(solution, variant.exercise, name) if variant.kind == "alone" \
-                else variant.bug.apply(solution, name)
-            return RemoteNotebook(ROOT / "solutions" / name, nbformat.writes(changed), stem, name)
-        except NotebookLoadError as exc:
-            return Unloadable(f"the notebook could not be loaded: {exc}")
-
-    def _load_in_process(self, variant: Variant, stem: str, name: str):
-        """The baseline of ``make bench``'s ``grade.isolation_overhead`` only: the notebook
-        run in this process, as graders were run before the judge and the contestant were
-        two processes. Never for grading anyone: the notebook's code would run here."""
-        from grading.contestant import services
-        from grading.notebook.loader import load_notebook
-
-        folder = self.notebook_dir() if variant.kind == "graded" else ROOT / ("exercises" if variant.kind == "stub"
-                                                                           else "solutions")
-        loaded = load_notebook(folder / name)
-        loaded.services = services.run  # this process is the contestant: make bench's in-process baseline
-        return loaded
+        return self.notebooks.notebook_dir()
 
     def close(self):
-        for notebook in self.cache.values():
-            close = getattr(type(notebook), "close", None)
-            if close is not None:
-                notebook.close()
+        self.notebooks.close()
 
-    # -- reporting -------------------------------------------------------------
     def pytest_runtest_logreport(self, report):
         if report.when == "call" and not report.skipped:
             self.recorded_tests.append(report.nodeid)
@@ -198,36 +134,20 @@ class GradingState:
         if report.when == "teardown" and not report.failed:
             return
         if variant in ("graded", "solution"):
-            tally = self.tests[(stem, report.nodeid.split("::")[-1].split("[")[0])]
-            tally[3] = props.get("points", 1)
-            tally[4] = props.get("core", False)
-            if report.skipped:
-                tally[2] += 1
-            else:
-                tally[1] += 1
-                tally[0] += 1 if report.passed and report.when == "call" else 0
-        elif variant == "stub" and report.when == "call" and not report.skipped:
-            self.stub_checked += 1
-            if props.get("stub_escaped"):
-                self.stub_escapes.append(report.nodeid)
-        elif variant and variant.startswith("bug-") and report.when == "call":
-            key = f"{stem}/{variant[4:]}"
-            self.bug_why[key] = props.get("why", "")
-            rejected = self.bug_runs.setdefault(key, [])
-            if props.get("bug_rejected"):
-                rejected.append(report.nodeid.split("::")[-1])
+            self.points.record(stem, report, props)
+        elif variant == "stub" or (variant and variant.startswith("bug-")):
+            self.proof.record(stem, variant, report, props)
 
     def _observed(self, stem: str, variant: str, props: dict):
         case, exercise, observed = props["case"], props.get("exercise"), props.get("observed")
         if exercise is None:
             return
-        self.case_exercise[stem][case] = exercise
+        self.proof.case_exercise[stem][case] = exercise
         if variant == "graded":
             self.graded_cases[stem][exercise][case] = observed
         elif variant.startswith("bug-"):
-            self.bug_cases[stem][variant[4:]][case] = observed
+            self.proof.bug_cases[stem][variant[4:]][case] = observed
 
-    # -- diagnosis ---------------------------------------------------------------
     def diagnoses(self) -> list[diagnosis.Diagnosis]:
         """The known mistakes behind the graded notebook's failures (grading.diagnosis);
         none with ``GRADING_DIAGNOSIS=off`` (how ``make bench`` measures what it costs)."""
@@ -238,81 +158,11 @@ class GradingState:
             found += diagnosis.diagnose_all(stem, runs)
         return found
 
-    def proof_of_diagnosis(self) -> dict:
-        """Under ``--prove``: each chapter's table checked against this run (or written,
-        with ``--diagnosis-write``), and how well it diagnoses the catalogue."""
-        if self._proof is None:
-            self._proof = {}
-            for stem in sorted(self.bug_cases):
-                write = self.config.getoption("diagnosis_write")
-                fresh = diagnosis.build(stem, load_catalogue(stem), self.bug_cases[stem], self.case_exercise[stem],
-                                        write=write)
-                if write:
-                    diagnosis.write_table(stem, fresh)
-                table = diagnosis.load_table(stem)
-                result = diagnosis.proof(table, fresh)
-                result["stale"] = sorted(set(table) ^ set(fresh))  # names only: a -k run still knows them all
-                self._proof[stem] = result
-            if self._proof:
-                totals = {"bugs": sum(p["bugs"] for p in self._proof.values()),
-                          "recalled": sum(p["recalled"] for p in self._proof.values()),
-                          "false_diagnoses": sum(len(p["false_diagnoses"]) for p in self._proof.values())}
-                totals["recall"] = totals["recalled"] / totals["bugs"] if totals["bugs"] else 1.0
-                out = ROOT / "_build" / "diagnosis"
-                out.mkdir(parents=True, exist_ok=True)
-                (out / "proof.json").write_text(json.dumps(
-                    {"totals": totals, "chapters": self._proof}, indent=1, sort_keys=True))
-        return self._proof
-
-    def points_by_chapter(self) -> dict[str, ChapterPoints]:
-        """Points per chapter. A test function is worth its ``points``; parametrized cases
-        share them (partial credit). A function whose every case was skipped is not counted;
-        skipped cases of a function that ran are not counted either (its points are shared
-        by the cases that ran)."""
-        out: dict[str, ChapterPoints] = defaultdict(ChapterPoints)
-        for (stem, _), (passed, graded, skipped, points, core) in self.tests.items():
-            entry = out[stem]
-            entry.skipped_cases += skipped
-            if graded == 0:
-                entry.skipped_tests += 1
-                continue
-            entry.earned += earned(points, passed, graded, core)
-            entry.possible += points
-        return dict(out)
-
-    def escaped_bugs(self) -> list[str]:
-        return sorted(k for k, v in self.bug_runs.items() if not v)
-
     def pytest_terminal_summary(self, terminalreporter):
         tr = terminalreporter
-        chapters = self.points_by_chapter()
-        if chapters:
-            tr.section("points")
-            total = [0.0, 0]
-            for stem, p in sorted(chapters.items()):
-                got, possible, skipped, cases = p.earned, p.possible, p.skipped_tests, p.skipped_cases
-                total[0] += got
-                total[1] += possible
-                # pytest counts skipped cases; say the same number, and which whole tests it holds.
-                note = f"  ({cases} skipped case(s), not counted" if cases else ""
-                note += f"; {skipped} test(s) skipped entirely)" if skipped else (")" if cases else "")
-                tr.write_line(f"{stem:<28} {got:>6.1f} / {possible:<4}{note}")
-            tr.write_line(f"{'total':<28} {total[0]:>6.1f} / {total[1]:<4}")
+        self.points.summarise(tr)
         if self.config.getoption("prove"):
-            tr.section("grader proof")
-            tr.write_line(f"stubs: {self.stub_checked} grader tests ran on exercises/, "
-                          f"{len(self.stub_escapes)} passed a stub")
-            for nodeid in self.stub_escapes:
-                tr.write_line(f"  PASSED A STUB (asserts nothing): {nodeid}")
-            for key in sorted(self.bug_runs):
-                tests = self.bug_runs[key]
-                if tests:
-                    more = f" and {len(tests) - 1} more" if len(tests) > 1 else ""
-                    tr.write_line(f"  rejected  {key:<48} by {tests[0]}{more}")
-                else:
-                    tr.write_line(f"  ESCAPED   {key:<48} no grader rejects it: {self.bug_why[key]}")
-            tr.write_line(f"catalogue: {len(self.bug_runs)} wrong implementations, {len(self.escaped_bugs())} escaped")
-            self._summarise_proof(tr)
+            self.proof.summarise(tr)
         elif self.graded_cases:
             found = self.diagnoses()
             if found:
@@ -320,42 +170,13 @@ class GradingState:
                 for d in found:
                     tr.write_line(f"Exercise {d.exercise}: {d.message()}")
 
-    def _summarise_proof(self, tr):
-        proof = self.proof_of_diagnosis()
-        if not proof:
-            return
-        tr.section("diagnosis from the catalogue")
-        for stem, p in proof.items():
-            if not p["bugs"] and not p["stale"]:
-                continue
-            tr.write_line(f"{stem:<28} {p['recalled']:>3} / {p['bugs']:<3} bugs diagnosed as themselves, "
-                          f"{len(p['false_diagnoses'])} false")
-            for name, why in sorted(p["missed"].items()):
-                tr.write_line(f"  not diagnosed  {name}: {why}")
-            for line in p["false_diagnoses"]:
-                tr.write_line(f"  FALSE DIAGNOSIS  {line}")
-            if p.get("kinds_recognised"):
-                tr.write_line(f"  recognised by kind: {', '.join(p['kinds_recognised'])}")
-            for line in p.get("unrecognised", []):
-                tr.write_line(f"  UNRECOGNISED  {line}")
-            if p["stale"]:
-                tr.write_line(f"  STALE TABLE  {diagnosis.table_path(stem).name} and the catalogue differ on: "
-                              f"{', '.join(p['stale'])}; run python -m grading.diagnosis --write {stem}")
-        bugs = sum(p["bugs"] for p in proof.values())
-        recalled = sum(p["recalled"] for p in proof.values())
-        false = sum(len(p["false_diagnoses"]) for p in proof.values())
-        tr.write_line(f"diagnosis: {recalled} of {bugs} catalogue bugs diagnosed as themselves "
-                      f"(recall {recalled / bugs if bugs else 1.0:.3f}), {false} false diagnoses")
-
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session):
         folder = self.config.getoption("record_expected")
         if folder and replay.recorder() is not None:
             replay.recorder().write(Path(folder), self.recorded_tests)
         if self.config.getoption("prove") and not hasattr(self.config, "workerinput"):
-            proof = self.proof_of_diagnosis()
-            broken = any(p["false_diagnoses"] or p["stale"] or p.get("unrecognised") for p in proof.values())
-            if (self.escaped_bugs() or broken) and session.exitstatus == 0:
+            if self.proof.failed() and session.exitstatus == 0:
                 session.exitstatus = 1
 
 
@@ -414,13 +235,13 @@ def _bugs_inside_their_regions(stem: str) -> frozenset[str]:
 
 
 @pytest.fixture(scope="module")
-def nb(request, tmp_path_factory):
+def nb(request):
     """The chapter's notebook, run into a module (see grading.notebook.loader)."""
     stem = chapter_stem(request.module.__file__)
     if stem is None:
         raise RuntimeError(f"{request.module.__file__}: graders live in files named test_NN_topic.py")
     variant = getattr(request, "param", Variant("graded"))
-    return request.config._grading.load(variant, stem, tmp_path_factory)
+    return request.config._grading.notebooks.load(variant, stem)
 
 
 @pytest.hookimpl(trylast=True)

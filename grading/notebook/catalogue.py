@@ -111,6 +111,15 @@ def load_sections(stem: str) -> dict[str, str]:
     return dict(getattr(module, "SECTIONS", {})) if module else {}
 
 
+def load_rules(stem: str) -> dict[str, dict[str, tuple[str, ...]]] | None:
+    """``RULES`` from ``tests/catalogue/<stem>.py``: exercise -> {a graded rule of its
+    statement, verbatim -> the names of the bugs that break it} (grading.notebook.rules);
+    None when the catalogue declares none."""
+    module = _module(stem)
+    rules = getattr(module, "RULES", None) if module else None
+    return None if rules is None else {e: dict(table) for e, table in rules.items()}
+
+
 def load_catalogue(stem: str) -> list[Bug]:
     """``BUGS`` from ``tests/catalogue/<stem>.py`` (empty if the file is absent)."""
     module = _module(stem)
