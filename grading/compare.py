@@ -225,6 +225,36 @@ def assert_equal(got: Any, expected: Any, call: str) -> None:
     raise GradingFailure(f"{call} {text}")
 
 
+def assert_trace(got: Any, expected: list, call: str, *, unit: str = "step",
+                 state: Callable[[int], str] | None = None, show: Callable[[Any], str] = repr) -> None:
+    """Compare a trace, item ``i`` the outcome of ``unit`` ``i`` (a step, an event), with
+    the expected one, and on a difference say where the answer first departs from it:
+    that ``unit``, the ``state`` before it (``state(i)``, a line the grader writes from
+    the reference, such as who is running and how many pages are free), and that item
+    expected and got (``show``), instead of two whole traces. ``got`` of another length
+    departs where the shorter one ends; ``got`` that is not a list is compared whole.
+    Each item is compared as :func:`assert_equal` compares (values and types)."""
+    if not isinstance(got, list):
+        assert_equal(got, expected, call)
+        return
+    for i, (g, e) in enumerate(zip(got, expected)):
+        difference = _difference(g, e)
+        if difference is None:
+            continue
+        wrong_value, text = difference
+        where = f"{call} departs from the expected trace at {unit} {i} (of {len(expected)})"
+        before = f"\n  before it: {state(i)}" if state is not None else ""
+        if not wrong_value:
+            raise GradingFailure(f"{where}: {unit} {i} {text}{before}")
+        raise GradingFailure(f"{where}{before}\n  expected: {show(e)}\n  got:      {show(g)}")
+    if len(got) != len(expected):
+        i = min(len(got), len(expected))
+        before = f"\n  before it: {state(i)}" if state is not None and i < len(expected) else ""
+        more = f"expected {unit} {i}: {show(expected[i])}" if i < len(expected) else f"got {unit} {i}: {show(got[i])}"
+        raise GradingFailure(f"{call} departs from the expected trace at {unit} {i}: it has {len(got)} {unit}s, "
+                             f"expected {len(expected)}{before}\n  {more}")
+
+
 def _as_tensor(value: Any, call: str, what: str) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from grading.alternatives import Alternative, recognise, record_alternatives
-from grading.compare import GradingFailure, assert_close, assert_equal, assert_raises, call_text
+from grading.compare import GradingFailure, assert_close, assert_equal, assert_raises, assert_trace, call_text
 from tests.references import ref_12_serving as ref
 
 # 12.4 in float64: a few dozen delta-rule updates of entries of order 1, summed in
@@ -146,15 +146,22 @@ def test_prefix_cache_replay(nb, name):
     # the eviction tie read the other way, a mistake named by its kind
     tie = Alternative("eviction_tie_first_block",
                       lambda: ref.prefix_cache_replay_first_block_first(events, num_pages, page_size))
+    states = ref.prefix_cache_states(events, num_pages, page_size)
     try:
-        if not isinstance(got, list) or len(got) != len(expected):
-            assert_equal(got, expected, call)
-        for i, (g, e) in enumerate(zip(got, expected)):
-            assert_equal(g, e, f"{call}, outcome of events[{i}] = {events[i][:2]}")
+        assert_trace(got, expected, call, unit="event", state=lambda i: cache_text(events[i], states[i]))
     except GradingFailure as exc:
         exc.finding = recognise(got, [tie], equal)
         raise
     record_alternatives([tie])
+
+
+def cache_text(event, state):
+    """The event and the cache it meets, in one line: free pages, referenced pages with
+    their counts, cached unreferenced pages in the order they would be evicted."""
+    referenced = ", ".join(f"{p}x{n}" for p, n in state["referenced"]) or "none"
+    what = f"{event[:2]} with {len(event[2])} tokens" if event[0] == "alloc" and len(event) == 3 else f"{event}"
+    return (f"event {what}; free pages {state['free']}, referenced (page x count) {referenced}, "
+            f"evictable in eviction order {state['evictable']}")
 
 
 def equal(got, expected):
@@ -190,8 +197,9 @@ def test_prefix_cache_never_shares_a_page_between_prefixes(nb):
                         raise GradingFailure(f"{call}: request {event[1]} block {i} shares page {page} with request "
                                              f"{other} block {j}, whose prefix differs")
         live[event[1]] = (event[2], table)
-    for i, (g, e) in enumerate(zip(got, ref.prefix_cache_replay(events, num_pages, page_size))):
-        assert_equal(g, e, f"{call}, outcome of events[{i}]")
+    states = ref.prefix_cache_states(events, num_pages, page_size)
+    assert_trace(got, ref.prefix_cache_replay(events, num_pages, page_size), call, unit="event",
+                 state=lambda i: cache_text(events[i], states[i]))
 
 
 @pytest.mark.ex12_2
@@ -422,9 +430,35 @@ for _seed in range(8):
 @pytest.mark.parametrize("name", list(STEP_CASES))
 def test_schedule_step(nb, name):
     running, waiting, free, page, budget = STEP_CASES[name]
+    check_step(nb.schedule_step(running, waiting, free, page, token_budget=budget), running, waiting, free, page,
+               budget)
+
+
+def requests_text(group):
+    """Requests as ``id (arrival a, computed/num_tokens)``, in FCFS order."""
+    ordered = sorted(group, key=lambda r: (r["arrival"], r["id"]))
+    return ", ".join(f"{r['id']} (arrival {r['arrival']}, {r['computed']}/{r['num_tokens']})" for r in ordered) \
+        or "none"
+
+
+def check_step(got, running, waiting, free, page, budget):
+    """The step's grants compared one by one: the first that departs is shown with the
+    budget, the free pages and the preemptions the reference had reached there."""
     call = call_text("schedule_step", running, waiting, free, page, token_budget=budget)
-    assert_equal(nb.schedule_step(running, waiting, free, page, token_budget=budget),
-                 ref.schedule_step(running, waiting, free, page, budget), call)
+    expected = ref.schedule_step(running, waiting, free, page, budget)
+    if not isinstance(got, dict) or set(got) != set(expected):
+        assert_equal(got, expected, call)
+    states = ref.schedule_step_states(running, waiting, free, page, budget)
+    queue = f"running {requests_text(running)}; waiting {requests_text(waiting)}"
+
+    def state(i):
+        s = states[i]
+        left = "no budget" if s["budget"] is None else f"{s['budget']} tokens of budget left"
+        return f"{left}, {s['free_pages']} free pages, preempted so far {s['preempted']}; {queue}"
+
+    assert_trace(got["scheduled"], expected["scheduled"], f"{call}['scheduled']", unit="grant", state=state)
+    assert_equal(got["preempted"], expected["preempted"], f"{call}['preempted'] ({queue})")
+    assert_equal(got["free_pages"], expected["free_pages"], f"{call}['free_pages']")
 
 
 @pytest.mark.ex12_5
@@ -452,7 +486,7 @@ def test_schedule_step_keeps_both_budgets(nb, seed):
                for r, n in granted)
     if used > free + freed:
         raise GradingFailure(f"{call} granted {used} pages; {free} were free and preemption freed {freed}")
-    assert_equal(got, expected, call)
+    check_step(got, running, waiting, free, page, budget)
 
 
 @pytest.mark.ex12_5
@@ -509,12 +543,30 @@ TRACES = {
 def test_run_trace(nb, name):
     requests, num_pages, page, budget = TRACES[name]
     call = call_text("run_trace", requests, num_pages, page, token_budget=budget)
-    got = nb.run_trace(requests, num_pages, page, token_budget=budget)
+    check_trace(nb.run_trace(requests, num_pages, page, token_budget=budget), requests, num_pages, page, budget,
+                call)
+
+
+def check_trace(got, requests, num_pages, page, budget, call):
+    """Steps compared one by one: the first step that departs is shown with the requests
+    running and waiting, and the free pages, as the reference had them at its start."""
     expected = ref.run_trace(requests, num_pages, page, budget)
     if not isinstance(got, dict) or set(got) != set(expected):
         assert_equal(got, expected, call)
-    for key in ("steps", "token_steps", "preempted"):
-        assert_equal(got[key], expected[key], f"{call}[{key!r}]")
+    states = ref.run_trace_states(requests, num_pages, page, budget)
+
+    def state(i):
+        s = states[i]
+
+        def text(group):
+            return ", ".join(f"{rid} ({done}/{n})" for rid, done, n in s[group]) or "none"
+
+        return (f"{s['free_pages']} free pages; running (id computed/num_tokens) {text('running')}; "
+                f"waiting {text('waiting')}")
+
+    assert_trace(got["steps"], expected["steps"], f"{call}['steps']", state=state)
+    assert_equal(got["preempted"], expected["preempted"], f"{call}['preempted']")
+    assert_equal(got["token_steps"], expected["token_steps"], f"{call}['token_steps']")
 
 
 @pytest.mark.ex12_6

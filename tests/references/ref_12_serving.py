@@ -62,7 +62,16 @@ def prefix_cache_replay_first_block_first(events, num_pages, page_size):
     return _replay(events, num_pages, page_size, later_block_first=False)
 
 
-def _replay(events, num_pages, page_size, later_block_first):
+def prefix_cache_states(events, num_pages, page_size):
+    """The cache before each event, for a failure's message: {"free": free page ids,
+    "referenced": [[page, count], ...], "evictable": cached unreferenced pages in
+    eviction order}."""
+    states = []
+    _replay(events, num_pages, page_size, later_block_first=True, states=states)
+    return states
+
+
+def _replay(events, num_pages, page_size, later_block_first, states=None):
     if not isinstance(events, (list, tuple)):
         raise TypeError("events must be a list")
     _int("num_pages", num_pages, 1)
@@ -71,6 +80,8 @@ def _replay(events, num_pages, page_size, later_block_first):
     owners = {}
     out = []
     for index, event in enumerate(events):
+        if states is not None:
+            states.append(_cache_state(pages, later_block_first))
         if not isinstance(event, tuple) or len(event) not in (2, 3) or event[0] not in ("alloc", "free") \
                 or (event[0] == "alloc") != (len(event) == 3):
             raise ValueError("events: bad event")
@@ -120,6 +131,14 @@ def _replay(events, num_pages, page_size, later_block_first):
         owners[req] = table
         out.append((len(hit) * page_size, table))
     return out
+
+
+def _cache_state(pages, later_block_first):
+    old = sorted((pg for pg in pages if pg.refs == 0 and pg.key is not None),
+                 key=lambda pg: (pg.released, -pg.block if later_block_first else pg.block, pg.pid))
+    return {"free": [pg.pid for pg in pages if pg.refs == 0 and pg.key is None],
+            "referenced": [[pg.pid, pg.refs] for pg in pages if pg.refs > 0],
+            "evictable": [pg.pid for pg in old]}
 
 
 # -- 12.3 ------------------------------------------------------------------------------
@@ -196,7 +215,15 @@ def _check_group(name, group, keys):
                 raise ValueError(f"{name}: {key} must be >= 0")
 
 
-def schedule_step(running, waiting, free_pages, page_size, token_budget=None):
+def schedule_step_states(running, waiting, free_pages, page_size, token_budget=None):
+    """Before each grant of the step, and after the last: {"budget": tokens left (None:
+    no budget), "free_pages": pages free, "preempted": ids preempted so far}."""
+    states = []
+    schedule_step(running, waiting, free_pages, page_size, token_budget, states=states)
+    return states
+
+
+def schedule_step(running, waiting, free_pages, page_size, token_budget=None, states=None):
     keys = ("id", "arrival", "num_tokens", "computed")
     _check_group("running", running, keys)
     _check_group("waiting", waiting, keys)
@@ -246,6 +273,8 @@ def schedule_step(running, waiting, free_pages, page_size, token_budget=None):
                 break
         if r["id"] in victims:
             continue
+        if states is not None:
+            states.append({"budget": left_budget, "free_pages": free_pages, "preempted": list(victims)})
         free_pages -= need
         granted.append((r["id"], n))
         if left_budget is not None:
@@ -255,15 +284,28 @@ def schedule_step(running, waiting, free_pages, page_size, token_budget=None):
         need = _pages(r["computed"] + n, page_size)
         if n == 0 or need > free_pages:
             break
+        if states is not None:
+            states.append({"budget": left_budget, "free_pages": free_pages, "preempted": list(victims)})
         free_pages -= need
         granted.append((r["id"], n))
         if left_budget is not None:
             left_budget -= n
+    if states is not None:
+        states.append({"budget": left_budget, "free_pages": free_pages, "preempted": list(victims)})
     return {"scheduled": granted, "preempted": victims, "free_pages": free_pages}
 
 
 # -- 12.6 ------------------------------------------------------------------------------
-def run_trace(requests, num_pages, page_size, token_budget=None):
+def run_trace_states(requests, num_pages, page_size, token_budget=None):
+    """Each step's state once its arrivals have joined, before it is scheduled:
+    {"free_pages": int, "running": [[id, computed, num_tokens], ...], "waiting": [...]},
+    both in first-come-first-served order."""
+    states = []
+    run_trace(requests, num_pages, page_size, token_budget, states=states)
+    return states
+
+
+def run_trace(requests, num_pages, page_size, token_budget=None, states=None):
     _check_group("requests", requests, ("id", "arrival", "prompt_len", "max_output"))
     _int("num_pages", num_pages, 1)
     _int("page_size", page_size, 1)
@@ -298,6 +340,9 @@ def run_trace(requests, num_pages, page_size, token_budget=None):
             return [{"id": rid, "arrival": info[rid]["arrival"], "num_tokens": known[rid],
                      "computed": computed[rid]} for rid in members]
 
+        if states is not None:
+            states.append({"free_pages": free, **{kind: [[r["id"], r["computed"], r["num_tokens"]] for r in group(kind)]
+                                                  for kind in ("running", "waiting")}})
         result = schedule_step(group("running"), group("waiting"), free, page_size, token_budget)
         free = result["free_pages"]
         for rid in result["preempted"]:
