@@ -10,9 +10,9 @@ How it runs
     the ranks (importing torch four times on two cores costs more than the whole ring).
     It forks before any tensor exists, so no thread pool is copied into a rank.
   - Each rank loads the notebook with :func:`grading.notebook.loader.load_notebook` (the graders'
-    own loader: the student's functions, as the single-process graders see them), applies
+    own loader: the student's functions, as the single-process graders see them), binds
     the caller's swap of other exercises' functions for references, if any
-    (``grading.judge.substitute.swap_as``: a test of 10.6 runs the student's ``ring_attention``
+    (:func:`grading.contestant.swap.swap_named`: a test of 10.6 runs the student's ``ring_attention``
     over the references of ``ring_step`` and ``shard_positions``), joins
     the process group with ``init_process_group("gloo", store=..., timeout=op_timeout)``
     and calls ``function(*args, **kwargs)`` for each of its calls.
@@ -21,7 +21,7 @@ How it runs
     ``dist.batch_isend_irecv``'s ``P2POp(dist.isend, ...)``) to add up
     ``tensor.numel() * tensor.element_size()`` of every tensor handed to it.
 
-How it stops
+How it stops (each failure named by :mod:`grading.ranks`, as the judge's ranks name theirs)
   - A deadlock (every rank blocked in a send that no rank receives) ends in gloo's own
     timeout: the blocked call raises after ``op_timeout`` seconds and the rank reports it.
   - Whatever else hangs is killed: after ``timeout`` seconds the caller kills the helper's
@@ -44,25 +44,16 @@ import time
 import traceback
 from pathlib import Path
 
-from distlab.results import CallResult, RankResult
+from grading.ranks import CallResult, RankResult, RanksFailed, crashed, killed, raise_for_failures, raised
+
+# The records and the failure are the grader's (one vocabulary for both launchers of ranks);
+# readers' notebooks and the chapter import them from here.
+__all__ = ["CallResult", "RankResult", "RanksFailed", "raise_for_failures", "run_on_ranks"]
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT_TAIL_CHARS = 3000
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 RENDEZVOUS_TIMEOUT_S = 120  # how long a rank waits for the others to join (loading a notebook included)
-
-
-class RanksFailed(Exception):
-    """Some rank did not finish its calls. ``not_implemented`` is True when the first
-    failure was a NotImplementedError (an unsolved exercise); ``deadlock`` when some rank
-    waited past the operation timeout or was killed still running. Which rank times out
-    first and which sees its peer close the connection changes from run to run; the
-    flag does not."""
-
-    def __init__(self, message: str, not_implemented: bool = False, deadlock: bool = False):
-        super().__init__(message)
-        self.not_implemented = not_implemented
-        self.deadlock = deadlock
 
 
 # -- the caller's side ------------------------------------------------------------------
@@ -78,9 +69,10 @@ def run_on_ranks(notebook, function: str, world_size: int, calls: list[list], *,
     process group; every rank has as many calls, made in order. ``op_timeout`` is the
     process group's timeout (a send or a receive that waits longer raises in the rank);
     ``timeout`` bounds the whole run, after which every rank is killed. ``swap`` is the
-    swap of ``grading.judge.substitute`` each rank applies after loading the notebook
-    (``{"chapter": stem, "exercise": "N.M"}``, or None for none); by default the one in
-    force in the caller (the test's). Returns one :class:`RankResult` per rank."""
+    swap each rank binds after loading the notebook (``{"chapter": stem, "exercise": "N.M"}``,
+    :func:`grading.contestant.swap.swap_named`, or None for none); by default the one in
+    force in the caller (the test's). Returns one :class:`RankResult` per rank. Raises
+    ValueError when ``calls`` does not hold one list per rank, all of one length."""
     import torch
 
     if swap is _CALLERS:
@@ -139,9 +131,9 @@ def _read_rank(folder: Path, rank: int, timed_out: bool, timeout: float, tail: s
     path = folder / f"rank{rank}.pt"
     if not path.exists():
         if timed_out:
-            return RankResult(rank, "timeout", f"rank {rank} was still running after {timeout:.0f} s and was killed "
-                                               f"(a deadlock, or an endless loop)\n{_indent(tail)}")
-        return RankResult(rank, "crashed", f"rank {rank} ended without a result\n{_indent(tail)}")
+            status, message = killed(f"rank {rank} was still running after {timeout:.0f} s and was killed")
+            return RankResult(rank, status, f"{message}\n{_indent(tail)}")
+        return RankResult(rank, *crashed(f"rank {rank} ended without a result\n{_indent(tail)}"))
     try:
         saved = torch.load(path, weights_only=True)
     except Exception as exc:  # noqa: BLE001 - a return value torch cannot load safely
@@ -149,17 +141,6 @@ def _read_rank(folder: Path, rank: int, timed_out: bool, timeout: float, tail: s
                                          f"(return tensors, tuples, lists or numbers): {type(exc).__name__}: {exc}")
     calls = [CallResult(**c) for c in saved["calls"]]
     return RankResult(rank, saved["status"], saved["message"], calls)
-
-
-def raise_for_failures(results: list[RankResult]) -> None:
-    """Raise :class:`RanksFailed` naming every rank that did not finish."""
-    bad = [r for r in results if r.status != "ok"]
-    if not bad:
-        return
-    first = min(bad, key=lambda r: (r.status != "not implemented", r.rank))
-    lines = [f"rank {r.rank}: {r.status}: {r.message}" for r in bad]
-    raise RanksFailed("\n".join(lines), not_implemented=first.status == "not implemented",
-                      deadlock=any(r.status in ("deadlock", "timeout") for r in bad))
 
 
 def _indent(text: str, prefix: str = "    ") -> str:
@@ -182,8 +163,7 @@ def _helper(spec_path: str) -> int:
 
     import grading.notebook.loader  # noqa: F401
 
-    if spec.get("swap"):
-        import grading.judge.substitute  # noqa: F401 - imported once here too (it reads the chapter's references)
+    import grading.contestant.swap  # noqa: F401 - imported once here too: every rank binds the swap with it
     from grading.contestant.main import apply_limits
 
     apply_limits(json.loads(os.environ.get("GRADING_LIMITS", "{}") or "{}"))
@@ -220,9 +200,9 @@ def _rank(spec: dict, rank: int) -> int:
     import torch
     import torch.distributed as dist
 
-    from grading.notebook.loader import load_notebook
     from grading.contestant.ranks import count_sends
-    from grading.judge.substitute import swap_as
+    from grading.contestant.swap import swap_named
+    from grading.notebook.loader import load_notebook
 
     torch.set_num_threads(1)
     folder = Path(spec["folder"])
@@ -242,7 +222,7 @@ def _rank(spec: dict, rank: int) -> int:
     dist.init_process_group("gloo", store=store, rank=rank, world_size=spec["world_size"], timeout=op_timeout)
     prefix = f"{Path(spec['notebook']).resolve()}#cell-"
     try:
-        with swap_as(nb.module.__dict__, spec.get("swap")):
+        with swap_named(nb.module.__dict__, spec.get("swap")):
             for name, args, kwargs in calls:
                 fn = getattr(nb, name)
                 counter["bytes"] = counter["sends"] = 0
@@ -251,15 +231,12 @@ def _rank(spec: dict, rank: int) -> int:
                 record["calls"].append({"value": value, "bytes_sent": counter["bytes"], "sends": counter["sends"],
                                         "seconds": time.perf_counter() - start})
     except NotImplementedError as exc:
-        record.update(status="not implemented", message=str(exc))
+        status, message = raised(str(exc), spec["op_timeout"], not_implemented=True)
+        record.update(status=status, message=message)
     except BaseException as exc:  # noqa: BLE001 - a student's SystemExit is a failure too
         from grading.notebook.loader import describe_exception
 
-        message, status = describe_exception(exc, prefix), "error"
-        if "Timed out" in message or "timed out" in message:  # gloo's words for an operation past its timeout
-            message += (f"\n  (a send or receive waited more than {spec['op_timeout']:.0f} s: every rank was "
-                        f"waiting for another, which is a deadlock)")
-            status = "deadlock"
+        status, message = raised(describe_exception(exc, prefix), spec["op_timeout"])
         record.update(status=status, message=message)
     save()
     try:

@@ -4,7 +4,7 @@ One word for one idea: *the swap* of exercise N is every name another exercise o
 bound to its reference while N is graded. :func:`swap_in` binds a swap and undoes it;
 :func:`swap_in_force` says which swap is bound in this process (``{"chapter", "exercise"}``),
 which the judge announces without binding (:func:`swap_announced`) and a child that loads
-the notebook itself applies (``grading.judge.substitute.swap_as``).
+the notebook itself binds by name (:func:`swap_named`).
 
 While exercise N is graded, every name another exercise owns is, in the loaded notebook's
 namespace, the reference's (:mod:`grading.judge.substitute` says which, and why). This
@@ -116,6 +116,24 @@ def swap_in_force() -> dict | None:
     """The swap in force in this process, ``{"chapter": stem, "exercise": "N.M"}``, or None:
     what a grader hands a child process that loads the notebook itself."""
     return dict(_IN_FORCE[-1]) if _IN_FORCE else None
+
+
+@contextlib.contextmanager
+def swap_named(namespace: dict, swap: dict | None):
+    """In a child that loaded the notebook itself (the book's ``distlab`` ranks): bind the
+    swap ``swap`` names (``swap_in_force()`` in its parent, ``{"chapter", "exercise"}``)
+    for the duration of the block; nothing when ``swap`` is None or the chapter declares
+    no references. Such a child reads the chapter's references itself
+    (:func:`grading.notebook.owners.read_table`): it is the book's tool, not a graded
+    contestant, which is sent only what it may hold."""
+    from grading.notebook.owners import read_table  # only such a child reads the references
+
+    table = read_table(swap["chapter"]) if swap else None
+    if table is None or swap.get("exercise") is None:
+        yield
+        return
+    with swap_in(namespace, swap["chapter"], swap["exercise"], *table):
+        yield
 
 
 def stand_in(name: str, owner: str, exercise: str, stem: str):

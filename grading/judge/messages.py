@@ -14,7 +14,7 @@ from grading.judge.variant import Variant, chapter_stem
 from grading.layout import EXERCISE_ID, exercise_of
 from grading.compare import GradingFailure
 from grading.notebook.loader import CellDidNotRun
-from grading.judge import substitute  # each exercise graded alone (fixture + hook)
+from grading.judge import dependencies, substitute
 
 
 def brief_failure(excinfo, style=None) -> str:
@@ -116,4 +116,4 @@ def dependency_first(item, exercise: str | None) -> str:
     called = set(getattr(notebook, "called", ()))
     for other in getattr(notebook, "variants", {}).values():
         called |= other.called
-    return substitute.dependency_note(state.notebook_dir() / f"{stem}.ipynb", stem, exercise, failed, ran, called)
+    return dependencies.dependency_note(state.notebook_dir() / f"{stem}.ipynb", stem, exercise, failed, ran, called)

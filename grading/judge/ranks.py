@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 
+from grading import ranks
 from grading.judge.proxy import RemoteNotebook
 from grading.judge.session import ContestantCrashed, ContestantTimedOut
+from grading.ranks import CallResult, RankResult
 
 
 def run_ranks(nb: RemoteNotebook, function: str, world_size: int, calls: list[list], *, op_timeout: float = 10.0,
@@ -13,10 +15,9 @@ def run_ranks(nb: RemoteNotebook, function: str, world_size: int, calls: list[li
     """``function`` of the notebook on ``world_size`` gloo ranks, each a contestant
     (:mod:`grading.contestant.ranks`) with the exercise's swap, called at once. ``calls[rank]`` is that
     rank's list of ``(args, kwargs)`` (or ``(other_function, args, kwargs)``), all of one
-    length. Returns ``distlab.launch.RankResult`` per rank: what each call returned, rebuilt
-    here, and the bytes it sent; ``timeout`` bounds each call."""
-    from distlab.results import CallResult, RankResult
-
+    length. Returns a :class:`grading.ranks.RankResult` per rank: what each call returned,
+    rebuilt here, and the bytes it sent; ``timeout`` bounds each call. Raises ValueError
+    when ``calls`` does not hold one list per rank, all of one length."""
     if len(calls) != world_size or len({len(c) for c in calls}) != 1:
         raise ValueError(f"calls must hold one list per rank ({world_size}), all of one length")
     spec = {"world_size": world_size, "op_timeout": op_timeout}
@@ -44,7 +45,7 @@ def run_ranks(nb: RemoteNotebook, function: str, world_size: int, calls: list[li
                     sent = proxy._ask("ranks", "reading what the rank sent", name="counted")
                     results[rank].calls.append(CallResult(value, int(sent.get("bytes", 0)), int(sent.get("sends", 0))))
                 proxy._ask("ranks", "leaving the gloo group", name="finish", timeout=op_timeout + 10)
-            except Exception as exc:  # noqa: BLE001 - reported per rank, as distlab did
+            except Exception as exc:  # noqa: BLE001 - reported per rank, as distlab does
                 results[rank] = RankResult(rank, *_rank_failure(exc, op_timeout), calls=results[rank].calls)
 
         threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(world_size)]
@@ -59,18 +60,13 @@ def run_ranks(nb: RemoteNotebook, function: str, world_size: int, calls: list[li
 
 
 def _rank_failure(exc: BaseException, op_timeout: float = 0.0) -> tuple[str, str]:
-    """``(status, message)`` of a rank whose call raised ``exc``."""
+    """``(status, message)`` of a rank whose call raised ``exc`` (:mod:`grading.ranks` names it)."""
     from grading.outcome import summary
 
-    where = getattr(exc, "grading_where", "")
-    if isinstance(exc, NotImplementedError):
-        return "not implemented", str(exc)
     if isinstance(exc, ContestantTimedOut):
-        return "timeout", f"{exc} (a deadlock, or an endless loop)"
+        return ranks.killed(str(exc))
     if isinstance(exc, ContestantCrashed):
-        return "crashed", str(exc)
-    message = summary(exc, where)
-    if "timed out" in str(exc).lower():  # gloo's words for an operation past its timeout
-        return "deadlock", (f"{message}\n  (a send or receive waited more than {op_timeout:.0f} s: every rank "
-                            "was waiting for another, which is a deadlock)")
-    return "error", message
+        return ranks.crashed(str(exc))
+    if isinstance(exc, NotImplementedError):
+        return ranks.raised(str(exc), op_timeout, not_implemented=True)
+    return ranks.raised(summary(exc, getattr(exc, "grading_where", "")), op_timeout, cause=str(exc))

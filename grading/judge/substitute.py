@@ -51,7 +51,7 @@ expected values with.
 *An answer is never an oracle.* Where one exercise is another's special case (6.3 is 6.4
 with every gate 0), a stub whose functions call each other would be graded on the
 references. So the judge answers a call only if the *solution* made that same call, with
-bit-equal arguments, in the same test: ``make release`` (:func:`grading.release.record`)
+bit-equal arguments, in the same test: ``make release`` (:func:`grading.judge.recording.record`)
 grades each chapter's solution with the references recorded, and the judge keeps every
 call it answered there, per test, as the name and an exact key of its arguments
 (:func:`grading.judge.expected.ask_key`, in the record ``grading.judge.replay`` writes).
@@ -64,7 +64,10 @@ makes here; :func:`pytest_collection_finish` makes it where it is missing or sta
 *Other children.* The book's ``distlab`` runs a notebook's ring on gloo ranks that load it
 themselves; :func:`grading.contestant.swap.swap_in_force` is the swap in force in this
 process, as a plain dict ``{"chapter": stem, "exercise": "7.3"}``, which ``run_on_ranks``
-sends along (JSON), and each rank applies it after loading the notebook, with :func:`swap_as`.
+sends along (JSON), and each rank binds it after loading the notebook
+(:func:`grading.contestant.swap.swap_named`). Who owns which name, and the table of
+references, are read by :mod:`grading.notebook.owners`; graded as a whole, the note that
+names another exercise as the cause is :mod:`grading.judge.dependencies`'.
 
 ``only_solved(solution, exercise)`` builds the notebook of the independence check
 (``pytest --prove``): the stubs, with one exercise's solution regions put back.
@@ -76,19 +79,17 @@ import ast
 import contextlib
 import functools
 import importlib
-import re
 import types
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from grading.layout import EXERCISES, TESTS, cell_source, chapter_of_test_file, exercise_of_marker
+from grading.layout import TESTS, cell_source, chapter_of_test_file, exercise_of_marker
 from grading.contestant.swap import Beside, Calling, resolve, swap_announced, swap_in
 from grading.judge import answers, replay
+from grading.notebook.owners import read_table
 from grading.notebook.regions import replace_regions, stub_lines
-
-STUB_RAISE = re.compile(r"raise NotImplementedError\(\s*['\"]Exercise (\d+\.\d+)\b")
 
 _TABLES: dict[str, tuple[dict[str, str], dict[str, object]] | None] = {}
 
@@ -102,59 +103,11 @@ def answered_by_judge(name: str, reference) -> bool:
     return "." not in name and isinstance(reference, types.FunctionType)
 
 
-@contextlib.contextmanager
-def swap_as(namespace: dict, swap: dict | None):
-    """In a child process, on the notebook it loaded: the swap ``swap`` (``swap_in_force()`` in
-    the parent) for the duration of the block; nothing when ``swap`` is None."""
-    if not swap:
-        yield
-        return
-    with swap_for(namespace, swap["chapter"], swap["exercise"]):
-        yield
-
-
-def owned_names(exercise_notebook: Path) -> dict[str, str]:
-    """``{"pages_needed": "2.1", "BlockAllocator.allocate": "2.2", ...}``: each function
-    or method whose body holds an exercise's stub line, read from the exercise notebook."""
-    nb = nbformat.read(exercise_notebook, as_version=4)
-    owned: dict[str, str] = {}
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        source = cell_source(cell)
-        stubs = [(i + 1, m.group(1)) for i, line in enumerate(source.splitlines()) if (m := STUB_RAISE.search(line))]
-        if not stubs:
-            continue
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
-        for node in tree.body:
-            for line, exercise in stubs:
-                if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) or not node.lineno <= line <= node.end_lineno:
-                    continue
-                name = node.name
-                if isinstance(node, ast.ClassDef):
-                    for item in node.body:
-                        if isinstance(item, ast.FunctionDef) and item.lineno <= line <= item.end_lineno:
-                            name = f"{node.name}.{item.name}"
-                owned[name] = exercise
-    return owned
-
-
 def chapter_table(stem: str):
     """(owned names, references) of a chapter that opted in, else None. Read once, at
-    collection: the grading child hides ``tests.references`` before the notebook loads."""
+    collection: the contestant is never handed ``tests.references``."""
     if stem not in _TABLES:
-        table = None
-        try:
-            ref = importlib.import_module(f"tests.references.ref_{stem}")
-        except ImportError:
-            ref = None
-        path = EXERCISES / f"{stem}.ipynb"
-        if ref is not None and hasattr(ref, "SUBSTITUTES") and path.exists():
-            table = (owned_names(path), dict(ref.SUBSTITUTES))
-        _TABLES[stem] = table
+        _TABLES[stem] = read_table(stem)
     return _TABLES[stem]
 
 
@@ -380,35 +333,42 @@ def reference_package(stem: str, exercise: str | None) -> dict | None:
         elif module.startswith(REFERENCE_PREFIX):
             sent.setdefault(module, set()).add(top)
     expected_from = graded_with(stem).get(exercise, frozenset())
-    modules = []
-    for module in sorted(sent):
-        path = Path(importlib.import_module(module).__file__)
-        tree = ast.parse(path.read_text())
-        defs, uses = _top_level_uses(tree)
-        # Shared helpers that carry an exercise's own name are its answer too (``pages_needed``).
-        mine_here = own.get(module, set()) | (set(defs) & mine)
-        asked_here = {top: name for top, name in asked.get(module, {}).items() if top not in mine_here}
-        # A helper the sent references call that the exercise's tests compute expected
-        # values with (Chapter 4's ``kept_positions``) is asked of the judge too.
-        if module == f"{REFERENCE_PREFIX}references.ref_{stem}":
-            asked_here.update({top: f"{module}:{top}" for top in set(defs) & expected_from
-                               if top not in mine_here and top not in asked_here})
-        stop = mine_here | set(asked_here)
-        kept = _closure(sent[module], uses, stop)
-        called = set().union(*(uses[name] for name in kept)) if kept else set()
-        removed = set(defs) - kept
-        # Module-level statements that name a definition left out go too (``SUBSTITUTES``
-        # itself): the contestant rebuilds the table from the specs.
-        tree.body = [node for node in tree.body if getattr(node, "name", None) not in removed and (
-            node.__class__.__name__ in ("FunctionDef", "AsyncFunctionDef", "ClassDef")
-            or not {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & removed)]
-        modules.append({"name": module, "file": str(path.relative_to(path.parents[2])), "source": ast.unparse(tree),
-                        "removed": sorted(removed), "own": sorted(called & mine_here),
-                        "asked": {top: name for top, name in sorted(asked_here.items()) if top in called}})
+    modules = [_cut(module, sent[module], own.get(module, set()), asked.get(module, {}), mine,
+                    expected_from if module == f"{REFERENCE_PREFIX}references.ref_{stem}" else frozenset())
+               for module in sorted(sent)]
     helpers = {name for entry in modules for name in entry["asked"].values() if ":" in name}
     return {"owned": owned, "specs": specs, "modules": modules, "mine": sorted(mine),
             "asked": sorted(helpers | {name for name, spec in specs.items()
                                        if spec["ask"] and not (name in mine or name.rpartition(".")[0] in mine)})}
+
+
+def _cut(module: str, sent: set[str], own: set[str], asked: dict[str, str], mine: set[str],
+         expected_from: frozenset[str]) -> dict:
+    """One reference module as a contestant is sent it: its source cut to the top-level
+    definitions ``sent`` reaches, not through the exercise's own names (``own``, ``mine``)
+    nor through the ones the judge answers (``asked``: ``{top-level name: SUBSTITUTES name}``);
+    ``expected_from``, the helpers the tests compute expected values with, are asked too."""
+    path = Path(importlib.import_module(module).__file__)
+    tree = ast.parse(path.read_text())
+    defs, uses = _top_level_uses(tree)
+    # Shared helpers that carry an exercise's own name are its answer too (``pages_needed``).
+    mine_here = own | (set(defs) & mine)
+    asked_here = {top: name for top, name in asked.items() if top not in mine_here}
+    # A helper the sent references call that the exercise's tests compute expected
+    # values with (Chapter 4's ``kept_positions``) is asked of the judge too.
+    asked_here.update({top: f"{module}:{top}" for top in set(defs) & expected_from
+                       if top not in mine_here and top not in asked_here})
+    kept = _closure(sent, uses, mine_here | set(asked_here))
+    called = set().union(*(uses[name] for name in kept)) if kept else set()
+    removed = set(defs) - kept
+    # Module-level statements that name a definition left out go too (``SUBSTITUTES``
+    # itself): the contestant rebuilds the table from the specs.
+    tree.body = [node for node in tree.body if getattr(node, "name", None) not in removed and (
+        node.__class__.__name__ in ("FunctionDef", "AsyncFunctionDef", "ClassDef")
+        or not {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & removed)]
+    return {"name": module, "file": str(path.relative_to(path.parents[2])), "source": ast.unparse(tree),
+            "removed": sorted(removed), "own": sorted(called & mine_here),
+            "asked": {top: name for top, name in sorted(asked_here.items()) if top in called}}
 
 
 def judge_answers(stem: str, exercise: str | None) -> dict[str, object]:
@@ -422,89 +382,3 @@ def judge_answers(stem: str, exercise: str | None) -> dict[str, object]:
     _, references = chapter_table(stem)
     return {name: answers.Gate(stem, name, resolve(name if ":" in name else references[name]))
             for name in package["asked"]}
-
-
-# -- graded as a whole (the student edition): say when a dependency is the cause ----------------
-
-def _code_of(notebook: Path) -> list[ast.stmt]:
-    """The top-level statements of a notebook's code cells that parse (magics left out)."""
-    body: list[ast.stmt] = []
-    try:
-        nb = nbformat.read(notebook, as_version=4)
-    except Exception:  # noqa: BLE001 - no notebook, no dependencies to name
-        return body
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        source = "\n".join(line for line in cell_source(cell).splitlines() if not line.lstrip().startswith(("%", "!")))
-        try:
-            body += ast.parse(source).body
-        except SyntaxError:
-            continue
-    return body
-
-
-def dependencies(notebook: Path, stem: str, exercise: str) -> list[tuple[str, str]]:
-    """``[("online_update", "5.2"), ...]``: the names of other exercises that the code of
-    ``exercise`` in ``notebook`` (a student's) calls, directly or through a function no
-    exercise owns, in the order found. Read from the source; nothing is run."""
-    path = EXERCISES / f"{stem}.ipynb"
-    if not path.exists():
-        return []
-    owned = owned_names(path)
-    defs: dict[str, ast.AST] = {}
-    for node in _code_of(notebook):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            defs[node.name] = node
-        elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    defs[f"{node.name}.{item.name}"] = item
-    # A method is found by its attribute name (``self.allocator.allocate``), unless a
-    # built-in container has one of that name too (``pages.append`` is a list's).
-    # (A function attached to a class by the notebook, ``@add_to_class``, is found so too.)
-    by_method = {name.rpartition(".")[2]: name for name in owned
-                 if not any(hasattr(t, name.rpartition(".")[2]) for t in (list, dict, set, str))}
-    found: dict[str, str] = {}
-    todo = [name for name, owner in owned.items() if owner == exercise and name in defs]
-    seen = set(todo)
-    while todo:
-        for node in ast.walk(defs[todo.pop(0)]):
-            if isinstance(node, ast.Name):
-                name, full = node.id, node.id if node.id in owned else None
-            elif isinstance(node, ast.Attribute):
-                name, full = node.attr, by_method.get(node.attr)
-            else:
-                continue
-            if full is not None and owned[full] != exercise:
-                found.setdefault(full, owned[full])
-            elif name in defs and name not in owned and name not in seen:
-                seen.add(name)
-                todo.append(name)
-    return list(found.items())
-
-
-def dependency_note(notebook: Path, stem: str, exercise: str, failed: set[str], ran: set[str],
-                    called: set[str] = frozenset()) -> str:
-    """The first line of a failure of ``exercise`` graded with the student's own functions
-    throughout: the dependency that fails its own tests, to fix first; or the ones whose
-    tests this run left out. Empty when neither.
-
-    A dependency is another exercise's function that the code of ``exercise`` calls
-    (:func:`dependencies`) or that the failing test itself called, by name (``called``:
-    2.5's fork test appends with the student's ``append``, 7.4's runs their kernel)."""
-    who = {"code": f"{exercise} calls", "test": f"{exercise}'s test calls"}
-    deps = [(name, owner, "code") for name, owner in dependencies(notebook, stem, exercise)]
-    path = EXERCISES / f"{stem}.ipynb"
-    if called and path.exists():
-        known = {name for name, _, _ in deps}
-        for name, owner in owned_names(path).items():
-            if owner != exercise and name.rpartition(".")[2] in called and name not in known:
-                deps.append((name, owner, "test"))
-    bad = [(name, owner, how) for name, owner, how in deps if owner in failed]
-    if bad:
-        return "".join(f"{who[how]} your `{name}` ({owner}), which fails its own tests: fix {owner} first.\n"
-                       for name, owner, how in bad)
-    unrun = [(name, owner, how) for name, owner, how in deps if owner not in ran]
-    return "".join(f"{who[how]} your `{name}` ({owner}), whose tests did not run here: if {owner} fails them "
-                   f"(-m ex{owner.replace('.', '_')}), fix it first.\n" for name, owner, how in unrun)

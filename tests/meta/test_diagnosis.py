@@ -9,8 +9,9 @@ import sys
 import nbformat
 import pytest
 
-from grading.judge import substitute
-from grading import alternatives, diagnosis
+from grading.notebook import owners
+from grading import alternatives
+from grading.judge import diagnosis
 from grading.notebook.catalogue import load_catalogue, load_sections
 from grading.layout import ROOT, SOLUTIONS, TESTS, discover_chapters
 
@@ -115,7 +116,7 @@ def test_every_hint_of_a_chapter_says_something_no_other_hint_says(chapter):
 @pytest.mark.parametrize("chapter", discover_chapters(), ids=lambda c: c.stem)
 def test_every_exercise_is_sent_to_the_section_that_teaches_it(chapter):
     """SECTIONS in the catalogue names an existing section for every exercise of the chapter."""
-    exercises = set(substitute.owned_names(chapter.exercise).values())
+    exercises = set(owners.owned_names(chapter.exercise).values())
     sections = load_sections(chapter.stem)
     assert exercises <= set(sections), \
         f"tests/catalogue/{chapter.stem}.py: SECTIONS lacks {sorted(exercises - set(sections))}"

@@ -28,6 +28,7 @@ import torch
 
 from distlab import run_on_ranks
 from grading.judge import substitute
+from grading.notebook import owners
 from grading.contestant.swap import Beside, Calling, calling, swap_in_force
 from grading.notebook.catalogue import load_catalogue
 from grading.compare import GradingFailure
@@ -51,7 +52,7 @@ def opted_in(chapter) -> bool:
 
 def _owned(chapter) -> dict[str, str]:
     table = substitute.chapter_table(chapter.stem)
-    return table[0] if table else substitute.owned_names(chapter.exercise)
+    return table[0] if table else owners.owned_names(chapter.exercise)
 
 
 def _names_used(node: ast.AST) -> set[str]:
@@ -198,7 +199,7 @@ def test_only_solved_keeps_one_exercise():
 
 def test_owned_names_follow_the_stub_lines():
     chapter = next(c for c in CHAPTERS if c.stem == "02_paged_kv_cache")
-    owned = substitute.owned_names(chapter.exercise)
+    owned = owners.owned_names(chapter.exercise)
     assert owned["BlockAllocator.allocate"] == "2.2" and owned["append"] == "2.3" and owned["free"] == "2.5"
     assert "PagedKVCache.__init__" not in owned and "waste_fraction" not in owned
     importlib.import_module("grading.judge.plugin")  # the fixture's home imports cleanly
