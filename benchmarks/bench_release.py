@@ -28,7 +28,7 @@ import nbformat
 
 from benchmarks.records import Record
 from grading.notebook.catalogue import load_catalogue
-from grading.diagnosis import load_table
+from grading.judge.diagnosis import load_table
 from grading.layout import RELEASE, SOLUTIONS, discover_chapters
 
 KNOWN = "This looks like a known mistake: "

@@ -20,7 +20,7 @@ class GradingFailure(AssertionError):
     ``observed`` is what the student's code produced at the check that failed, in the
     compact form :mod:`grading.diagnosis` compares with the catalogue's known mistakes
     (``None`` where the message itself is the observation). ``finding`` is the kind of
-    mistake the check recognised in the wrong value (a key of ``grading.diagnosis.KINDS``),
+    mistake the check recognised in the wrong value (a key of ``grading.alternatives.KINDS``),
     or ``None``."""
 
     def __init__(self, message: str = "", observed: dict | None = None, finding: str | None = None):

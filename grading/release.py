@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import html
 import json
-import os
 import re
 import shlex
 import shutil
@@ -51,15 +50,13 @@ import time
 import zipfile
 from pathlib import Path
 
-from grading import wire
-from grading.judge import expected, replay
+from grading.judge.recording import EXPECTED, record
 from grading.layout import (
     BUILD, DIAGNOSIS, EXERCISES, REFERENCES, RELEASE, ROOT, SOLUTIONS, TESTS, cell_source, discover_chapters,
 )
 from grading.notebook.regions import find_regions
 from grading.pins import pins
 
-EXPECTED = BUILD / "expected"  # record(): NN_topic.npz and its stamp, NN_topic.stamp
 BOOK_OUT = BUILD / "release-book"  # jupyter-book --path-output: the HTML lands in BOOK_OUT/_build/html
 TOC = BUILD / "release-src" / "_toc.yml"
 CONFIG = BUILD / "release-src" / "_config.yml"
@@ -242,51 +239,6 @@ def pyproject_problems(folder: Path) -> list[str]:
                 if not (folder / name / "__init__.py").is_file()]
     return problems + [f"{name}/ ships but pyproject.toml does not list it" for name in PACKAGES
                        if name not in listed]
-
-
-def _stamp(stem: str) -> str:
-    """What a chapter's records depend on: its graders, references, solution, the recorder
-    and the codecs it stores values with."""
-    recorder = [Path(replay.__file__), Path(expected.__file__), *sorted(Path(wire.__file__).parent.glob("*.py"))]
-    return replay.stamp_of([TESTS / f"test_{stem}.py", *sorted(REFERENCES.glob(f"ref_{stem[:2]}_*.py")),
-                            SOLUTIONS / f"{stem}.ipynb", *recorder])
-
-
-def record(only: list[str] | None = None, force: bool = False, jobs: int | None = None) -> list[str]:
-    """Run each chapter's graders on its solution with the references recorded, into
-    ``EXPECTED/NN_topic.npz``; a chapter whose stamp is unchanged is kept. The chapters
-    recorded, in order. Fails if a solution fails its graders (a record of a failing run
-    would be wrong). Chapters are independent, so ``jobs`` of them (the CPU count unless
-    given) are recorded at once, each in a pytest of its own."""
-    EXPECTED.mkdir(parents=True, exist_ok=True)
-    todo = []
-    for chapter in discover_chapters(only):
-        stamp, path = _stamp(chapter.stem), EXPECTED / f"{chapter.stem}.npz"
-        stamp_file = path.with_suffix(".stamp")
-        if not force and path.is_file() and stamp_file.is_file() and stamp_file.read_text() == stamp:
-            continue
-        path.unlink(missing_ok=True)
-        stamp_file.unlink(missing_ok=True)
-        todo.append((chapter, stamp, path, stamp_file))
-
-    def one(chapter, stamp: str, path: Path, stamp_file: Path) -> str:
-        start = time.monotonic()
-        run = subprocess.run([sys.executable, "-m", "pytest", str(chapter.test_file.relative_to(ROOT)), "-q", "-n", "0",
-                              "-p", "no:cacheprovider", "--record-expected", str(EXPECTED)], cwd=ROOT,
-                             capture_output=True, text=True)
-        if run.returncode != 0 or not path.is_file():
-            raise RuntimeError(f"recording {chapter.stem}: its solution must pass its graders\n"
-                               + run.stdout[-4000:] + run.stderr[-2000:])
-        stamp_file.write_text(stamp)
-        return (f"recorded {path.relative_to(ROOT)} ({path.stat().st_size / 2**10:.0f} KiB, "
-                f"{time.monotonic() - start:.0f} s)")
-
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
-        for line in pool.map(lambda job: one(*job), todo):  # in order; the first failure raises
-            print(line, flush=True)
-    return [chapter.stem for chapter, *_ in todo]
 
 
 def reference_functions(folder: Path = REFERENCES) -> dict[str, str]:

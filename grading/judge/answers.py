@@ -6,7 +6,7 @@ be an oracle: 6.3's delta rule is 6.4's gated rule with every gate 0, so a stub 
 asked for 6.4 would be graded on the reference. So each answer goes through a
 :class:`Gate`: the call is answered only if the solution made the same call, with
 bit-equal arguments (:func:`grading.judge.expected.ask_key`), in the same test, as the
-record of the solution's graded run holds it (``make release``, :func:`grading.release.record`,
+record of the solution's graded run holds it (``make release``, :func:`grading.judge.recording.record`,
 with :mod:`grading.judge.replay`'s recorder). Any other call raises
 :class:`~grading.contestant.swap.NotAnswered`, and the contestant runs the notebook's own
 function instead.
@@ -23,7 +23,7 @@ from grading.judge import expected, replay
 from grading.layout import BUILD, SOLUTIONS
 
 _TESTS: list[str] = []  # the test running in this judge (test_key), innermost last
-RECORDS = BUILD / "expected"  # grading.release.EXPECTED: the records make release writes
+RECORDS = BUILD / "expected"  # grading.judge.recording.EXPECTED: the records make release writes
 # A tree shipped without solutions (the Gradescope autograder) cannot make the record, and
 # the whole record holds every expected value (12 MB for Chapter 5): it ships the calls alone.
 SHIPPED_SUFFIX = ".asks.json"
@@ -111,7 +111,7 @@ def ship_calls(stem: str, folder: Path) -> Path | None:
 
 
 def make_record(stem: str) -> None:
-    """The record of ``stem`` made (``grading.release.record``) if it is missing or stale,
+    """The record of ``stem`` made (:func:`grading.judge.recording.record`) if it is missing or stale,
     by one process at a time (pytest-xdist's workers collect at once). Where it cannot be
     made (a solution that fails its graders while being edited, a judge that may not start
     pytest), a warning says so and no call is answered: every exercise then runs the
@@ -125,9 +125,9 @@ def make_record(stem: str) -> None:
         RECORDS.mkdir(parents=True, exist_ok=True)
         with open(RECORDS / f"{stem}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            from grading import release
+            from grading.judge import recording
 
-            release.record([stem], jobs=1)
+            recording.record([stem], jobs=1)
     except (OSError, RuntimeError) as exc:
         warnings.warn(f"no record of the calls {stem}'s solution makes into other exercises ({exc}); the judge "
                       "answers none of them, and the notebook's own functions run", stacklevel=2)

@@ -32,8 +32,8 @@ from grading.proc.zygote import IN_PROCESS
 
 launcher.head_start()
 
-from grading import determinism, diagnosis
-from grading.judge import preload  # the model loaded before the first test's clock
+from grading import determinism
+from grading.judge import diagnosis, preload  # the model loaded before the first test's clock
 from grading.judge import replay
 from grading.judge import substitute  # each exercise graded alone (fixture + hook)
 from grading.judge.loading import Notebooks

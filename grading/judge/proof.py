@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from grading import diagnosis
+from grading.judge import diagnosis
 from grading.layout import ROOT
 from grading.notebook import rules
 from grading.notebook.catalogue import load_catalogue

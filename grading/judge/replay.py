@@ -4,8 +4,9 @@ The repository's graders compare a notebook with ``tests/references/ref_NN_topic
 simple fp64 code that answers the exercises. A grader that students run at home cannot
 hold that code, so ``make release`` (:mod:`grading.release`) runs each chapter's graders
 once on its solution with every reference module *recorded* (``pytest
---record-expected DIR``), and the release ships the records, ``tests/expected/NN_topic.npz``,
-in place of ``tests/references/``:
+--record-expected DIR``, :func:`grading.judge.recording.record`), and the release ships
+the records, ``tests/expected/NN_topic.npz`` (:mod:`grading.judge.record_file`), in place
+of ``tests/references/``:
 
 - a *function* call is stored as the function's name, a key of its arguments and its
   result. The key is exact for what is exact on every CPU (ints, strings, shapes, dtypes,
@@ -33,25 +34,19 @@ so, never silently.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import json
 import sys
 import types
 from pathlib import Path
 
-import numpy as np
-
 from grading.judge.expected import call_key, decode, encode, floats_match
+from grading.judge.record_file import FORMAT, asks_of, load_file, merge, save_file, tests_of
 
-FORMAT = 2  # 2: the calls into other exercises the judge answered, per test ("asks")
 PACKAGE = "tests.references"
-INDEX = "__index__"
 # What a deep computation (Chapter 8's 30-layer model) moves between two CPUs' kernels is
 # more than a few units: a call that matches no record within them but one within this
 # relative tolerance is such a case, whose expected value this CPU cannot have (the
@@ -194,62 +189,10 @@ class Recorder:
                      "instances": book["instances"]}
             path = folder / f"{stem}.npz"
             if path.exists():
-                index, arrays = _merge(load_file(path), (index, arrays))
+                index, arrays = merge(load_file(path), (index, arrays))
             save_file(path, index, arrays)
             written.append(path)
         return written
-
-
-def _merge(old: tuple[dict, list], new: tuple[dict, list]) -> tuple[dict, list]:
-    (index, arrays), (more, more_arrays) = old, new
-    offset = len(arrays)
-
-    def shift(value):
-        if isinstance(value, dict):
-            return {k: (v + offset if k in ("tensor", "ndarray") and isinstance(v, int) else shift(v))
-                    for k, v in value.items()}
-        if isinstance(value, list):
-            return [shift(v) for v in value]
-        return value
-
-    more = shift(more)
-    for name, entries in more["calls"].items():
-        index["calls"].setdefault(name, []).extend(entries)
-    index["instances"].extend(more["instances"])
-    index["constants"].update(more["constants"])
-    index["tests"] = sorted(set(index["tests"]) | set(more["tests"]))
-    asks = index.setdefault("asks", {})
-    for test, calls in more.get("asks", {}).items():
-        asks[test] = sorted(map(list, {tuple(c) for c in asks.get(test, [])} | {tuple(c) for c in calls}))
-    return index, [*arrays, *more_arrays]
-
-
-def save_file(path: Path, index: dict, arrays: list) -> None:
-    """The index as JSON bytes, and the arrays packed into one flat array per dtype (a
-    chapter records thousands of small tensors; one zip entry each would cost more than
-    their data); ``index["arrays"]`` locates each: ``[dtype, offset, shape]``."""
-    flat: dict[str, list[np.ndarray]] = {}
-    where, sizes = [], {}
-    for a in arrays:
-        dtype = a.dtype.str
-        where.append([dtype, sizes.get(dtype, 0), list(a.shape)])
-        flat.setdefault(dtype, []).append(a.reshape(-1))
-        sizes[dtype] = sizes.get(dtype, 0) + a.size
-    payload = {f"flat{n}": np.concatenate(parts) for n, parts in enumerate(flat.values())}
-    index = {**index, "arrays": where, "flat": list(flat)}
-    payload[INDEX] = np.frombuffer(json.dumps(index).encode(), dtype=np.uint8)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez_compressed(tmp, **payload)
-    tmp.replace(path)
-
-
-def load_file(path: Path) -> tuple[dict, list]:
-    with np.load(path, allow_pickle=False) as data:
-        index = json.loads(data[INDEX].tobytes().decode())
-        flat = {dtype: data[f"flat{n}"] for n, dtype in enumerate(index.pop("flat"))}
-    arrays = [flat[dtype][offset:offset + int(np.prod(shape, dtype=np.int64))].reshape(shape)
-              for dtype, offset, shape in index.pop("arrays")]
-    return index, arrays
 
 
 _RECORDER: Recorder | None = None
@@ -480,7 +423,7 @@ def not_recorded(item) -> str | None:
     file = _INSTALLED[0] / f"{stem}.npz"
     if not path.name.startswith("test_") or not file.is_file():
         return None
-    ran = _tests_of(file)
+    ran = tests_of(file)
     nodeid = item.nodeid
     if nodeid in ran or nodeid.split("::", 1)[-1] in {t.split("::", 1)[-1] for t in ran}:
         return None
@@ -488,35 +431,5 @@ def not_recorded(item) -> str | None:
             "recorded them (a GPU test, or one that needs the model, on a machine without)")
 
 
-def asks_of(file: Path) -> dict[str, frozenset[tuple[str, str]]] | None:
-    """``{"test_06_delta_rule.py::test_layer[...]": {(name, key), ...}}``: the calls into
-    other exercises that the solution made in each test when ``file`` was recorded, and the
-    judge answered; None when ``file`` is missing or was recorded before they were kept."""
-    if not file.is_file():
-        return None
-    return _asks_of(file, file.stat().st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=32)
-def _asks_of(file: Path, mtime: int) -> dict[str, frozenset[tuple[str, str]]] | None:
-    with np.load(file, allow_pickle=False) as data:
-        index = json.loads(data[INDEX].tobytes().decode())
-    if index.get("format") != FORMAT or not isinstance(index.get("asks"), dict):
-        return None
-    return {test: frozenset((name, key) for name, key in calls) for test, calls in index["asks"].items()}
-
-
-@functools.lru_cache(maxsize=None)
-def _tests_of(file: Path) -> frozenset[str]:
-    with np.load(file, allow_pickle=False) as data:
-        return frozenset(json.loads(data[INDEX].tobytes().decode()).get("tests", []))
-
-
-def stamp_of(paths: list[Path]) -> str:
-    digest = hashlib.sha256()
-    for path in paths:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:20]
-
-
-__all__ = ["Recorder", "ReplayModule", "NotRecorded", "install", "start_recording", "load_file", "save_file"]
+# asks_of is the records' (grading.judge.record_file), read through here by the judge's answers.
+__all__ = ["Recorder", "ReplayModule", "NotRecorded", "asks_of", "install", "start_recording", "load_file", "save_file"]
