@@ -91,6 +91,8 @@ def mla_bad_inputs():
         ((q_nope, q_pe, c_kv[:, :1], k_pe[:, :1], w_uk, w_uv), ValueError, "q_nope", "more-queries-than-tokens"),
         ((q_nope, q_pe, c_kv.double(), k_pe, w_uk, w_uv), TypeError, "c_kv", "c_kv-dtype"),
         ((q_nope, q_pe, c_kv.tolist(), k_pe, w_uk, w_uv), TypeError, "c_kv", "list-c_kv"),
+        ((q_nope, q_pe[:, :1], c_kv, k_pe, w_uk, w_uv), ValueError, "q_pe", "q_pe-heads"),
+        ((q_nope, q_pe, c_kv.repeat(2, 1, 1), k_pe.repeat(2, 1, 1), w_uk, w_uv), ValueError, "c_kv", "c_kv-batch"),
     ]
 
 
@@ -209,9 +211,10 @@ def test_decode_step_cost(nb, case):
     [((DEEPSEEK_V3, 100, "mha"), ValueError, "mode"), ((LLAMA_70B, 100, "absorbed"), ValueError, "config"),
      ((list(DEEPSEEK_V3), 100, "naive"), TypeError, "config"), ((DEEPSEEK_V3, 0, "naive"), ValueError, "seq_len"),
      ((DEEPSEEK_V3, 100, "naive", 1.0), TypeError, "query_tokens"),
-     ((DEEPSEEK_V3, 100, "naive", 1, 0), ValueError, "dtype_bytes")],
+     ((DEEPSEEK_V3, 100, "naive", 1, 0), ValueError, "dtype_bytes"), ((DEEPSEEK_V3, 100, "gqa"), ValueError, "config"),
+     (({**DEEPSEEK_V3, "num_attention_heads": 0}, 100, "absorbed"), ValueError, "num_attention_heads")],
     ids=["unknown-mode", "gqa-config-for-mla", "list-config", "zero-seq_len", "float-query_tokens",
-         "zero-dtype_bytes"],
+         "zero-dtype_bytes", "mla-config-for-gqa", "zero-heads"],
 )
 def test_decode_step_cost_rejects_bad_input(nb, args, exc, names):
     assert_raises(nb.decode_step_cost, *args, exc=exc, names=names)
@@ -253,18 +256,21 @@ def test_stack_kv_bytes(nb, case):
 
 @pytest.mark.ex13_4
 @pytest.mark.parametrize(
-    "layers,seq_len,exc,names",
-    [([FULL, {"kind": "shared", "source": 1}], 10, ValueError, "layers"),
-     ([FULL, {"kind": "shared", "source": 0}, {"kind": "shared", "source": 1}], 10, ValueError, "layers"),
-     ([{"kind": "global", "num_kv_heads": 8, "head_dim": 128}], 10, ValueError, "layers"),
-     ([{"kind": "sliding", "num_kv_heads": 8, "head_dim": 128}], 10, ValueError, "layers"),
-     ([], 10, ValueError, "layers"), ((FULL,), 10, TypeError, "layers"),
-     ([{**SLIDING, "window": 0}], 10, ValueError, "window"), ([FULL], -1, ValueError, "seq_len")],
+    "layers,seq_len,batch_size,exc,names",
+    [([FULL, {"kind": "shared", "source": 1}], 10, 1, ValueError, "layers"),
+     ([FULL, {"kind": "shared", "source": 0}, {"kind": "shared", "source": 1}], 10, 1, ValueError, "layers"),
+     ([{"kind": "global", "num_kv_heads": 8, "head_dim": 128}], 10, 1, ValueError, "layers"),
+     ([{"kind": "sliding", "num_kv_heads": 8, "head_dim": 128}], 10, 1, ValueError, "layers"),
+     ([], 10, 1, ValueError, "layers"), ((FULL,), 10, 1, TypeError, "layers"),
+     ([{**SLIDING, "window": 0}], 10, 1, ValueError, "window"), ([FULL], -1, 1, ValueError, "seq_len"),
+     # -2 would be the sliding layer if read from the end of the list, as Python's indexing reads it
+     ([FULL, SLIDING, {"kind": "shared", "source": -2}], 10, 1, ValueError, "source"),
+     ([FULL], 10, 0, ValueError, "batch_size")],
     ids=["shared-source-later", "shared-of-shared", "unknown-kind", "missing-window", "empty", "tuple",
-         "zero-window", "negative-seq_len"],
+         "zero-window", "negative-seq_len", "negative-source", "zero-batch_size"],
 )
-def test_stack_kv_bytes_rejects_bad_input(nb, layers, seq_len, exc, names):
-    assert_raises(nb.stack_kv_bytes, layers, seq_len, exc=exc, names=names)
+def test_stack_kv_bytes_rejects_bad_input(nb, layers, seq_len, batch_size, exc, names):
+    assert_raises(nb.stack_kv_bytes, layers, seq_len, batch_size, exc=exc, names=names)
 
 
 # -- Exercise 13.5 ----------------------------------------------------------------------
@@ -317,23 +323,30 @@ def test_kv_bytes_per_rank_rejects_bad_input(nb, args, exc, names):
 
 # -- Exercise 13.6: real gloo processes --------------------------------------------------
 
-# (name, B, H, s, seq_len, kv_lora_rank, d_rope, value scale, dtype)
+# (name, B, H, s, seq_len, kv_lora_rank, d_rope, value scale, d_nope, dtype): the softmax scale is the
+# model's 1/sqrt(d_nope + d_rope), which the rows' width r + d_rope does not tell; d_nope = r gives
+# 1/sqrt(D), the scale a function that ignores its argument assumes, so the last cases differ.
 DCP_CASES = [
-    ("decode-s1-N10-fp32", 1, 4, 1, 10, 8, 4, 1.0, torch.float32),
-    ("three-queries-s3-N11-fp32", 2, 2, 3, 11, 6, 2, 1.0, torch.float32),
-    ("large-logits-s2-N9-fp32", 1, 2, 2, 9, 8, 2, 10.0, torch.float32),
-    ("three-queries-s3-N8-fp64", 1, 3, 3, 8, 4, 4, 1.0, torch.float64),
+    ("decode-s1-N10-fp32", 1, 4, 1, 10, 8, 4, 1.0, 8, torch.float32),
+    ("three-queries-s3-N11-fp32", 2, 2, 3, 11, 6, 2, 1.0, 6, torch.float32),
+    ("large-logits-s2-N9-fp32", 1, 2, 2, 9, 8, 2, 10.0, 8, torch.float32),
+    ("three-queries-s3-N8-fp64", 1, 3, 3, 8, 4, 4, 1.0, 4, torch.float64),
+    ("model-scale-nope3-s2-N9-fp64", 1, 2, 2, 9, 8, 2, 1.0, 3, torch.float64),
+    # the first query sits at position 0: on every rank but rank 0 it sees no row
+    ("prefill-from-position-0-s4-N4-fp32", 1, 2, 4, 4, 6, 2, 1.0, 6, torch.float32),
+    # fewer tokens than ranks: on 3 ranks, rank 2 holds no row at all
+    ("fewer-tokens-than-ranks-s2-N2-fp64", 2, 2, 2, 2, 4, 2, 1.0, 4, torch.float64),
 ]
 
 
 def dcp_inputs(P):
     """For every case: the queries, the whole cache and each rank's (args, kwargs)."""
     cases, calls = [], [[] for _ in range(P)]
-    for i, (name, B, H, s, N, r, d_rope, scale, dtype) in enumerate(DCP_CASES):
+    for i, (name, B, H, s, N, r, d_rope, scale, d_nope, dtype) in enumerate(DCP_CASES):
         D = r + d_rope
         q = randn(B, H, s, D, dtype=dtype, seed=10 * i + P, scale=scale)
         kv = randn(B, N, D, dtype=dtype, seed=10 * i + P + 1, scale=scale)
-        softmax_scale = 1 / math.sqrt(D)
+        softmax_scale = 1 / math.sqrt(d_nope + d_rope)
         cases.append((q, kv, N, r, softmax_scale))
         for rank in range(P):
             rows = ref.dcp_positions(N, P, rank)
