@@ -255,7 +255,6 @@
       else if (key === "max_context") text = grouped(value) + (Number(value) === MAX_CONTEXT ? "+" : "");
       else if (key === "side") text = say(value);
       else if (key.startsWith("t_") || key === "tpot") text = seconds(value);
-      else if (key === "step_flops") text = value.toPrecision(4);
       else text = value.toPrecision(4);
       out.dataset.value = typeof value === "number" ? String(value) : value.toString();
       out.textContent = text;
@@ -312,18 +311,32 @@
     return el;
   }
 
-  // A slider over powers of two beside a box for any value; both write one setting.
-  function powerSlider(say, key, lo, hi) {
+  /* A slider beside a box for any value; both write one setting. A "log" slider moves in
+     powers of two (its 0 means 0 where the setting can be 0: no window, no budget). */
+  function slider(say, key, lo, hi, log) {
     const wrap = document.createElement("span");
     wrap.className = "planner-pair";
-    const slider = input(key + "_log", "range", { min: lo, max: hi, step: 1, "aria-label": say("in_" + key) });
-    const box = input(key, "number", { min: lo ? 1 : 0, inputmode: "numeric" });
-    slider.dataset.pow2For = key;
-    wrap.append(slider, box);
+    const range = input(key + (log ? "_log" : "_lin"), "range", { min: lo, max: hi, step: 1, "aria-label": say("in_" + key) });
+    const box = input(key, "number", { min: log && lo ? 1 : 0, inputmode: "numeric" });
+    range.dataset.sliderFor = key;
+    range.dataset.log = log ? "1" : "";
+    wrap.append(range, box);
     return wrap;
   }
+  const powerSlider = (say, key, lo, hi) => slider(say, key, lo, hi, true);
 
-  function build(root, say) {
+  // The setting a slider's position stands for, and the position that shows a setting.
+  function fromSlider(el) {
+    const v = Number(el.value);
+    if (!el.dataset.log) return String(v);
+    return String(v === 0 && el.name !== "b_log" ? 0 : 2 ** v);
+  }
+  function toSlider(el, value) {
+    const v = Math.max(0, Number(value) || 0);
+    return String(el.dataset.log ? Math.max(Number(el.min), Math.round(Math.log2(Math.max(1, v)))) : Math.min(v, Number(el.max)));
+  }
+
+  function build(say) {
     const form = document.createElement("form");
     form.className = "planner-form";
     form.addEventListener("submit", (e) => e.preventDefault());
@@ -333,7 +346,7 @@
       ["load", [["n", powerSlider(say, "n", 10, 24)], ["b", powerSlider(say, "b", 0, 12)]]],
       ["cache", [["kv", select(say, "kv", Object.keys(KV_DTYPES))], ["g", select(say, "g", ["32", "64"])],
         ["wd", select(say, "wd", Object.keys(WEIGHT_BITS))], ["w", powerSlider(say, "w", 0, 20)],
-        ["s", input("s", "number", { min: 0, inputmode: "numeric" })], ["k", powerSlider(say, "k", 0, 20)]]],
+        ["s", slider(say, "s", 0, 64, false)], ["k", powerSlider(say, "k", 0, 20)]]],
       ["parallel", [["tp", select(say, "tp", ["1", "2", "4", "8", "16"])], ["dcp", select(say, "dcp", ["1", "2", "4", "8", "16"])]]],
       ["device", [["gpu", select(say, "gpu", Object.keys(GPUS).concat(["custom"]))], ["r", input("r", "number", { min: 0 })]]],
       ["custom_gpu", [["bw", input("bw", "number", { min: 0, step: "any" })], ["tf", input("tf", "number", { min: 0, step: "any" })],
@@ -376,7 +389,7 @@
 
   function mount(root) {
     const { say, links } = words(root);
-    const form = build(root, say), table = results(say, links);
+    const form = build(say), table = results(say, links);
     const error = document.createElement("p");
     error.className = "planner-error";
     error.setAttribute("role", "alert");
@@ -385,8 +398,8 @@
     const controls = () => form.querySelectorAll("[name]");
     function fill(settings) {
       controls().forEach((el) => {
-        const key = el.dataset.pow2For;
-        if (key) el.value = String(Math.max(Number(el.min), Math.round(Math.log2(Math.max(1, Number(settings[key]))))));
+        const key = el.dataset.sliderFor;
+        if (key) el.value = toSlider(el, settings[key]);
         else if (el.name in settings) el.value = settings[el.name];
       });
       form.querySelector(".planner-custom").hidden = settings.m !== "custom";
@@ -409,10 +422,9 @@
     fill(settings);
     update(settings);
     form.addEventListener("input", (event) => {
-      const el = event.target, key = el.dataset.pow2For;
+      const el = event.target, key = el.dataset.sliderFor;
       if (key) {
-        const v = Number(el.value);
-        settings[key] = String(el.min === "0" && v === 0 && key !== "b" ? 0 : 2 ** v);
+        settings[key] = fromSlider(el);
       } else if (el.name) {
         settings[el.name] = el.value;
       }

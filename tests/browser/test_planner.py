@@ -428,6 +428,23 @@ def test_chinese_page_has_no_english_label(browser, server):  # noqa: F811
     left = [text for key, text in chinese.items()
             if text not in NAMES and (text == english[key] or not re.search(r"[\u4e00-\u9fff]", text))]
     assert not left, f"labels of the Chinese page left in English: {left}"
+    open_page(browser, f"{server}/{ZH_PAGE}#m=smollm2-135m&tp=2")
+    error = browser.execute_script("return document.querySelector('.planner-error').textContent")
+    assert re.search(r"[\u4e00-\u9fff]", error), f"the Chinese page's error is not in Chinese: {error!r}"
+
+
+def test_each_number_links_to_a_section_that_exists(browser, server):  # noqa: F811
+    open_page(browser, f"{server}/{PAGE}")
+    links = browser.execute_script(
+        "return Array.from(document.querySelectorAll('a.planner-source')).map(a => a.getAttribute('href'))")
+    assert len(links) == len(SHOWN), f"{len(SHOWN)} numbers, {len(links)} links to their sections"
+    missing = []
+    for link in links:
+        page, _, section = link.partition("#")
+        target = (HTML / "book" / page).resolve()
+        if target.exists() and f'id="{section}"' not in target.read_text(encoding="utf-8"):
+            missing.append(link)
+    assert not missing, f"links to sections that do not exist: {missing}"
 
 
 def test_script_is_small_and_self_contained():
