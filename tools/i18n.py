@@ -108,7 +108,7 @@ class Problem:
     """One thing wrong with one message of one catalogue."""
 
     catalogue: str  # e.g. "zh_CN/chapters/01_kv_memory.po"
-    kind: str  # "untranslated", "fuzzy", "placeholder", "glossary", "inconsistent", "stale"
+    kind: str  # "untranslated", "fuzzy", "placeholder", "glossary", "style", "inconsistent"
     msgid: str
     detail: str = ""
 
@@ -127,6 +127,7 @@ class Report:
     fuzzy: int = 0
     placeholder_mismatches: int = 0
     glossary_misses: int = 0
+    style: int = 0
     inconsistent: int = 0
     problems: list[Problem] = field(default_factory=list)
 
@@ -146,29 +147,6 @@ def glossary() -> list[tuple[str, str]]:
         if len(cells) == 2 and cells[0] and not set(cells[0]) <= {"-", " "} and cells[0] != "English":
             pairs.append((cells[0], cells[1]))
     return pairs
-
-
-# A run of Chinese characters: the part of a term that jieba cuts ("KV 缓存" -> "缓存").
-_CJK_RUN = re.compile(r"[\u3400-\u9fff]+")
-
-
-def search_words() -> list[str]:
-    """The Chinese words of the glossary's terms, each to be indexed whole by the search.
-
-    Sphinx's Chinese search cuts text with jieba, whose dictionary splits 预填充 into 预 and
-    填充 and drops the one-character piece, while the browser looks up what the reader types
-    as one word; so a term that jieba does not know is never found. A term's Latin part
-    ("KV", "softmax") is indexed as a word of its own already.
-    """
-    words = [run for _en, zh in glossary() for run in _CJK_RUN.findall(zh) if len(run) > 1]
-    return list(dict.fromkeys(words))
-
-
-def write_search_dictionary(path: Path) -> Path:
-    """A jieba user dictionary of the glossary's words (one a line), for html_search_options."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{word}\n" for word in search_words()), encoding="utf-8")
-    return path
 
 
 def _term_pattern(term: str) -> re.Pattern:
@@ -206,7 +184,7 @@ def book_template() -> list[str]:
     import yaml
 
     sys.path.insert(0, str(ROOT / "book" / "_ext"))
-    from editions import SWITCH_LABEL, TOGGLE_WORDS, TRANSLATED_SETTINGS
+    from editions import SWITCH_LABEL, TOGGLE_WORDS, TRANSLATED_SETTINGS, TRANSLATED_THEME_OPTIONS
 
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
     sys.path.insert(0, str(CONF_DIR))
@@ -217,7 +195,8 @@ def book_template() -> list[str]:
     defaults = NbParserConfig()  # MyST-NB's settings, as the build has them unless conf sets them
     settings = [getattr(conf, name, None) or getattr(defaults, name.removeprefix("nb_"))
                 for name in TRANSLATED_SETTINGS]
-    words = [SWITCH_LABEL] + settings + list(TOGGLE_WORDS)
+    theme = [conf.html_theme_options[name] for name in TRANSLATED_THEME_OPTIONS if name in conf.html_theme_options]
+    words = [SWITCH_LABEL] + settings + theme + list(TOGGLE_WORDS)
     for part in toc.get("parts", []):
         words.append(part["caption"])
         words.extend(entry["title"] for entry in part["chapters"] if entry.get("title"))
@@ -292,13 +271,16 @@ def update(language: str) -> None:
 
 
 def check(language: str, *, fresh: bool = True) -> Report:
-    """Every message of every page translated, current, with its placeholders and glossary terms."""
+    """Every message of every page translated, current, with its placeholders, its terms (the
+    glossary's and tools/i18n_terms.py's) and none of the phrasings tools/i18n_terms.py avoids."""
+    from tools.i18n_terms import page_terms, style_problems
+
     if fresh:
         gettext()
     report = Report(language=language)
     pages = catalogues(language)
-    terms = [(en, zh, _term_pattern(en)) for en, zh in glossary()]
-    glossary_terms = {en for en, _zh, _pattern in terms}
+    book_terms = [(en, zh, _term_pattern(en)) for en, zh in glossary()]
+    glossary_terms = {en for en, _zh, _pattern in book_terms}
     seen: dict[str, tuple[str, str]] = {}
     for name, pot_path in templates().items():
         label = f"{language}/{name}.po"
@@ -310,6 +292,7 @@ def check(language: str, *, fresh: bool = True) -> Report:
                                            "no catalogue: run `python -m tools.i18n update`"))
             continue
         catalog = _read(pages[name])
+        terms = book_terms + [(en, zh, _term_pattern(en)) for en, zh in page_terms(name)]
         for msgid in wanted:
             m = catalog.get(msgid)
             if m is None or not m.string:
@@ -339,7 +322,11 @@ def check(language: str, *, fresh: bool = True) -> Report:
                 if pattern.search(prose) and zh not in m.string:
                     report.glossary_misses += 1
                     report.problems.append(Problem(label, "glossary", msgid,
-                                                   f"{en!r} is {zh!r} in this edition (book/notation.md)"))
+                                                   f"{en!r} is {zh!r} in this edition (book/notation.md, "
+                                                   "tools/i18n_terms.py)"))
+            for found in style_problems(name, m.string):
+                report.style += 1
+                report.problems.append(Problem(label, "style", msgid, found))
             if msgid in seen and seen[msgid][1] != m.string:
                 report.inconsistent += 1
                 report.problems.append(Problem(label, "inconsistent", msgid,
@@ -472,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = len(report.problems)
     print(f"{args.lang}: {report.messages} messages, {report.untranslated} untranslated, {report.fuzzy} fuzzy, "
           f"{report.placeholder_mismatches} placeholder mismatches, {report.glossary_misses} glossary misses, "
-          f"{report.inconsistent} inconsistent")
+          f"{report.style} style, {report.inconsistent} inconsistent")
     return 1 if bad else 0
 
 

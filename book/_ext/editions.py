@@ -33,6 +33,8 @@ TEMPLATES = str(Path(__file__).resolve().parent / "templates")
 SWITCH_TEMPLATE = "edition-switch.html"
 # Settings whose English words the pages show (the book's title; MyST-NB's code toggles).
 TRANSLATED_SETTINGS = ("html_title", "nb_code_prompt_show", "nb_code_prompt_hide")
+# The theme's words, in html_theme_options: the search box's placeholder.
+TRANSLATED_THEME_OPTIONS = ("search_bar_text",)
 # The words MyST-NB puts for {type} in a toggle ("Show code cell source"), in English whatever
 # the language; ToggleWords translates them after MyST-NB has put them in.
 TOGGLE_WORDS = ("source", "outputs", "output", "content")
@@ -137,6 +139,11 @@ def translate_settings(app, config):
         value = getattr(config, name, None)
         if value in messages:
             setattr(config, name, messages[value])
+    options = config.html_theme_options
+    for name in TRANSLATED_THEME_OPTIONS:
+        if options.get(name) in messages:
+            config.html_theme_options = {**options, name: messages[options[name]]}
+            options = config.html_theme_options
 
 
 def setup(app):

@@ -17,7 +17,7 @@ from jupyter_book.config import get_final_config
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from tools.i18n import write_search_dictionary  # noqa: E402
+from tools.i18n_search import write_search_files  # noqa: E402
 
 # The overrides that `jupyter-book build` passes for an HTML build of this book.
 _build_overrides = {"external_toc_path": str(ROOT / "_toc.yml"), "latex_individualpages": False}
@@ -42,7 +42,11 @@ language = "en"
 gettext_location = False
 gettext_uuid = False
 
-# Chinese search: jieba cuts the pages into words with this dictionary of the glossary's
-# terms (written from book/notation.md at each build), so that 预填充 or 稀疏注意力 is
-# indexed whole and found as typed. Other languages' search ignores the option.
-html_search_options = {"dict": str(write_search_dictionary(ROOT / "_build" / "i18n" / "search_dictionary.txt"))}
+# Chinese search: jieba cuts the pages into words with a dictionary of the book's terms,
+# and book/_ext/zh_search.py indexes the terms with Latin words in them (KV 缓存) whole;
+# both lists are written from the catalogues at each build (tools/i18n_search.py), so that
+# 多头潜在注意力 or 首 token 延迟 is found as typed. Other languages' search ignores them.
+html_search_options = write_search_files(ROOT / "_build" / "i18n")
+extensions = [*extensions, "zh_search"]  # noqa: F821 (set from _config.yml above)
+# A translated page prints the command that grades, and downloads, the edition's notebooks.
+extensions.append("translated_notebooks")

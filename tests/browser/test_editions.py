@@ -14,6 +14,8 @@ which walks ``_build/html/`` and so ``_build/html/zh_CN/`` too. Here:
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from html.parser import HTMLParser
 
@@ -21,7 +23,9 @@ import pytest
 from grading.layout import ROOT
 
 from tests.browser.test_book_pages import CHROMEDRIVER, CHROMIUM, HTML, MATH_TIMEOUT_S, browser, server, pages  # noqa: F401
-from tools.i18n import glossary, search_words
+from tools.i18n import glossary
+from tools.i18n_search import compound_key, defined_terms, search_compounds, search_words
+from tools.i18n_terms import TERMS
 
 LANG = "zh_CN"
 ZH = HTML / LANG
@@ -36,23 +40,31 @@ pytestmark = pytest.mark.skipif(not (ZH / "index.html").exists(),
 
 
 class _Page(HTMLParser):
-    """Section ids, the edition links, and the text of prose blocks outside code and output."""
+    """Section ids, the edition links, the text of prose blocks outside code and output, the
+    text of the code blocks, and the article's headings, bold and emphasis (what defines a term)."""
 
     SKIP = {"pre", "code", "script", "style", "math", "svg"}
     SKIP_CLASSES = ("cell_output", "output", "highlight", "math", "bibtex", "citation", "edition-switch",
                     "bd-sidebar", "bd-header", "bd-footer", "prev-next", "toc", "nav")
+    NOT_SKIPPED = {"tex2jax_ignore", "mathjax_ignore"}
     BLOCKS = {"p", "li", "h1", "h2", "h3", "h4", "td", "th", "figcaption", "dt", "dd"}
+    DEFINING = {"h1", "h2", "h3", "h4", "strong", "em", "dfn"}
 
     def __init__(self):
         super().__init__()
-        self.sections, self.editions, self.blocks = [], [], []
+        self.sections, self.editions, self.blocks, self.code, self.defining, self.cells = [], [], [], [], [], []
         self._stack: list[tuple[str, bool]] = []
         self._text: list[list[str]] = []
+        self._code: list[str] | None = None
+        self._defining: list[list[str]] = []
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
+        # A class names what to skip as a part of it ("bd-toc", "navbar"); MyST-NB's
+        # "mathjax_ignore" on a page's whole section is no math, and must not hide the page.
+        classes = [c for c in (a.get("class") or "").split() if c not in self.NOT_SKIPPED]
         skipping = (self._stack[-1][1] if self._stack else False) or tag in self.SKIP or any(
-            c in (a.get("class") or "") for c in self.SKIP_CLASSES)
+            c in token for token in classes for c in self.SKIP_CLASSES)
         if tag in ("br", "img", "hr", "meta", "link", "input", "wbr"):
             return
         self._stack.append((tag, skipping))
@@ -62,18 +74,34 @@ class _Page(HTMLParser):
             self.editions.append(a.get("href", ""))
         if tag in self.BLOCKS and not skipping:
             self._text.append([])
+        if tag in self.DEFINING and not skipping:
+            self._defining.append([])
+        if tag == "pre" and self._code is None:
+            self._code = []
 
     def handle_endtag(self, tag):
         while self._stack:
             open_tag, skipping = self._stack.pop()
             if open_tag in self.BLOCKS and not skipping and self._text:
                 self.blocks.append(" ".join("".join(self._text.pop()).split()))
+                self.cells += self.blocks[-1:] if open_tag == "td" else []
+            if open_tag in self.DEFINING and not skipping and self._defining:
+                self.defining.append(" ".join("".join(self._defining.pop()).split()))
+            if open_tag == "pre" and self._code is not None and not any(t == "pre" for t, _s in self._stack):
+                self.code.append("".join(self._code))
+                self._code = None
             if open_tag == tag:
                 break
 
     def handle_data(self, data):
-        if self._text and not (self._stack and self._stack[-1][1]):
+        if self._code is not None:
+            self._code.append(data)
+        if self._stack and self._stack[-1][1]:
+            return
+        if self._text:
             self._text[-1].append(data)
+        for open_span in self._defining:
+            open_span.append(data)
 
 
 def _read(path) -> _Page:
@@ -195,26 +223,118 @@ def test_chinese_search_index_has_chinese_words():
         assert word in terms, f"the Chinese search index has no entry {word!r}: is jieba installed?"
 
 
-def test_chinese_search_index_has_every_glossary_term():
-    """Each term of the glossary is indexed whole (tools/i18n.py's dictionary for jieba)."""
-    terms = _search_terms()
-    missing = [word for word in search_words() if word not in terms]
-    assert not missing, f"the Chinese search index lacks {missing}: did the build load its jieba dictionary?"
+def test_chinese_search_index_has_every_term_whole():
+    """Each term of the glossary and of tools/i18n_terms.py is indexed whole: the Chinese
+    ones by jieba's dictionary, those with Latin words in them (KV 缓存) by their key
+    (book/_ext/zh_search.py)."""
+    terms = set(_search_terms()) | set(json.loads(_index_text())["titleterms"])
+    named = [zh for _en, zh in glossary()] + [t.chinese for t in TERMS]
+    wanted = {compound_key(t) for t in named if CJK.search(t) and (len(t) > 1 or " " in t)}
+    body = _all_zh_text()
+    missing = sorted(w for w in wanted if w in body and w not in terms)
+    assert not missing, f"the Chinese search index lacks {missing}: did the build load its term lists?"
 
 
-# Sphinx indexes no word of one character (位, "bit"): a reader cannot search for those.
-SEARCHABLE = [zh for _en, zh in glossary() if re.search(r"[A-Za-z]{2}|[\u3400-\u9fff]{2}", zh)]
+def _index_text() -> str:
+    text = (ZH / "searchindex.js").read_text(encoding="utf-8")
+    return text[text.index("(") + 1:text.rindex(")")]
 
 
-@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
-@pytest.mark.parametrize("term", SEARCHABLE)
-def test_chinese_search_finds_pages(browser, server, term):  # noqa: F811
-    """A reader who types a glossary term, as the notation page writes it, finds pages."""
+@functools.cache
+def _page_text(page: str) -> str:
+    """The words of a Chinese page's article, as a reader reads them: no spaces, lower case."""
+    return compound_key(" ".join(_read(ZH / page).blocks + _read(ZH / page).code))
+
+
+@functools.cache
+def _all_zh_text() -> str:
+    return " ".join(_page_text(p.removeprefix(f"{LANG}/")) for p in pages() if p.startswith(f"{LANG}/"))
+
+
+# Thirty terms a reader types, as they type them: the ones a Chinese-speaking reader found
+# nothing for (or the wrong pages), a Latin-Chinese compound typed without its space, the
+# glossary's terms of one character joined to Latin words, and terms of every part of the book.
+SEARCHED = ("多头潜在注意力", "张量并行", "基数树", "投机解码", "潜在向量", "KV缓存", "调度器", "权重吸收",
+            "解码上下文并行", "首 token 延迟", "首token延迟", "token 间延迟", "KV 缓存", "分页 KV 缓存", "块表",
+            "写时复制", "前缀缓存", "分块预填充", "连续批处理", "抢占", "注意力汇聚点", "在线 softmax",
+            "环形注意力", "上下文并行", "稀疏注意力", "闪电索引器", "位置插值", "门控 DeltaNet", "脊点", "预填充")
+TOP = 5  # the defining pages must be within this many results past their own number
+
+
+GLOSSARY_PAGE = f"{LANG}/book/notation.html"  # its table of terms defines each of them
+
+
+@functools.cache
+def _term_keys() -> frozenset[str]:
+    return frozenset(compound_key(t) for t in search_words() + search_compounds())
+
+
+def _defining_pages(term: str) -> list[str]:
+    """The Chinese pages that define ``term``: they name it in a heading, in bold or in
+    emphasis (read as a reader reads: 解码上下文并行 names no 上下文并行), or in the glossary."""
+    key, keys = compound_key(term), _term_keys() | {compound_key(term)}
+    found = []
+    for page in (p for p in pages() if p.startswith(f"{LANG}/")):
+        html = _read(HTML / page)
+        texts = html.defining + (html.cells if page == GLOSSARY_PAGE else [])
+        if any(key in defined_terms(text, keys) for text in texts):
+            found.append(page)
+    return found
+
+
+def _search(driver, url: str, term: str) -> list[str]:
+    """The pages a reader finds for ``term`` on the Chinese search page, best first, each once."""
     from urllib.parse import quote
 
     from selenium.webdriver.support.ui import WebDriverWait
 
-    browser.get(f"{server}/{LANG}/search.html?q={quote(term)}")
-    WebDriverWait(browser, MATH_TIMEOUT_S).until(
-        lambda d: d.execute_script("return document.querySelectorAll('#search-results li').length") > 0,
-        message=f"searching the Chinese edition for {term!r} found no page")
+    driver.get(f"{url}/{LANG}/search.html?q={quote(term)}")
+    WebDriverWait(driver, MATH_TIMEOUT_S).until(
+        lambda d: d.execute_script("return document.querySelector('#search-results .search-summary') !== null "
+                                   "&& document.querySelector('#search-results .search-summary').innerText !== ''"),
+        message=f"searching the Chinese edition for {term!r} did not finish")
+    hrefs = driver.execute_script(
+        "return [...document.querySelectorAll('#search-results li a')].map(a => a.getAttribute('href'))")
+    found = [f"{LANG}/" + h.split("#")[0].split("?")[0] for h in hrefs if h]
+    return list(dict.fromkeys(found))
+
+
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
+@pytest.mark.parametrize("term", SEARCHED)
+def test_chinese_search_finds_the_pages_that_define_a_term(browser, server, term):  # noqa: F811
+    """A reader who types a term finds, first, the pages that define it, and no page without it.
+
+    A term no page defines (投机解码, used where it is needed) is found on the pages that use it.
+    """
+    found = _search(browser, server, term)
+    defining = _defining_pages(term)
+    assert found, f"searching the Chinese edition for {term!r} found no page"
+    first = found[:len(defining) + TOP]
+    late = [p for p in defining if p not in first]
+    assert not late, f"{term!r}: the pages that define it, {late}, are not among the first results {first}"
+    key = compound_key(term)
+    without = [p for p in found if key not in _page_text(p.removeprefix(f"{LANG}/"))]
+    assert not without, f"{term!r}: the results {without} do not contain it"
+
+
+CODE_COMMAND = re.compile(r"--notebooks\s+(\S+)")
+
+
+@pytest.mark.parametrize("page", [p for p in pages() if p.startswith(f"{LANG}/")])
+def test_chinese_pages_grade_the_chinese_notebooks(page):
+    """A command a Chinese page prints grades the Chinese notebooks (exercises/zh_CN/)."""
+    folders = {m.group(1) for code in _read(HTML / page).code for m in CODE_COMMAND.finditer(code)}
+    wrong = sorted(f for f in folders if f.rstrip("/") != f"exercises/{LANG}")
+    assert not wrong, f"{page} prints `--notebooks {wrong[0]}`: a reader of this edition grades exercises/{LANG}/"
+
+
+@pytest.mark.parametrize("page", [p for p in pages() if p.startswith(f"{LANG}/exercises/")])
+def test_chinese_exercise_pages_download_the_chinese_notebook(page):
+    """The download button of a Chinese exercise page serves the Chinese notebook."""
+    links = re.findall(r'href="([^"]*_sources/[^"]*\.ipynb)"', (HTML / page).read_text(encoding="utf-8"))
+    assert links, f"{page} has no download link to its notebook"
+    for link in links:
+        served = ((HTML / page).parent / link).resolve()
+        expected = ROOT / "exercises" / LANG / served.name
+        assert served.read_bytes() == expected.read_bytes(), \
+            f"{page}: the download {link} is not {expected.relative_to(ROOT)}"

@@ -14,7 +14,7 @@ from babel.messages.catalog import Catalog
 from babel.messages.pofile import write_po
 from grading.layout import EXERCISES, ROOT
 
-from tools import i18n
+from tools import i18n, i18n_search, i18n_terms
 
 GLUE = "{glue:text}`example_gib_32768:.0f`"
 ENGLISH = (f"A 32K-token context needs {GLUE} GiB of KV cache per sequence; see {{cite:p}}`kwon2023vllm` "
@@ -148,23 +148,74 @@ def test_a_titled_reference_keeps_its_target_and_translates_its_title():
     assert i18n.placeholders(english) != i18n.placeholders("术语见{doc}`符号页 <glossary>`。")
 
 
-def test_chinese_search_indexes_each_glossary_term_whole(tmp_path):
-    """Sphinx's Chinese splitter, with the build's dictionary, keeps every term as one word.
+# Terms a Chinese-speaking reader searched for and did not find, or found on the wrong pages.
+SEARCHED_TERMS = ("多头潜在注意力", "张量并行", "基数树", "投机解码", "潜在向量", "调度器", "权重吸收",
+                  "解码上下文并行")
+
+
+def _chinese_search(tmp_path):
+    """Sphinx's Chinese splitter as the book's build sets it up (book/_ext/zh_search.py)."""
+    pytest.importorskip("jieba")
+    import sys
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    from zh_search import ChineseTerms
+
+    return ChineseTerms(i18n_search.write_search_files(tmp_path))
+
+
+def test_chinese_search_indexes_each_term_whole(tmp_path):
+    """Sphinx's Chinese splitter, with the build's dictionary, keeps every term of the
+    catalogues as one word: the glossary's, the term table's, the headings' and the bold ones.
 
     The browser looks up what the reader types (预填充) as one word of the index; without the
     dictionary jieba cuts it into 预 and 填充, and the one-character piece is dropped.
     """
-    pytest.importorskip("jieba")
-    from sphinx.search.zh import SearchChinese
+    language = _chinese_search(tmp_path)
+    words = i18n_search.search_words()
+    assert set(SEARCHED_TERMS) | {"预填充", "稀疏注意力", "上下文并行", "环形注意力", "闪电索引器"} <= set(words)
+    for term in words:
+        indexed = {w for w in language.split(f"。{term}，") if language.word_filter(w)}
+        assert term in indexed, f"search would not find {term!r}: it is cut into {sorted(indexed)}"
 
-    language = SearchChinese({"dict": str(i18n.write_search_dictionary(tmp_path / "dict.txt"))})
-    words = i18n.search_words()
-    assert {"预填充", "稀疏注意力", "上下文并行", "环形注意力", "闪电索引器"} <= set(words)
-    for _english, term in i18n.glossary():
-        indexed = {w for w in language.split(term) if language.word_filter(w)}
-        for part in term.split():
-            if i18n._CJK_RUN.fullmatch(part) and len(part) > 1:
-                assert part in indexed, f"search would not find {part!r}: it is cut into {sorted(indexed)}"
+
+def test_no_search_word_is_a_piece_of_a_compound():
+    """The Chinese run of "token 间延迟" is no word (间延迟): a compound is indexed whole instead."""
+    words = set(i18n_search.search_words())
+    assert "间延迟" not in words
+    assert {"KV 缓存", "首 token 延迟", "token 间延迟"} <= set(i18n_search.search_compounds())
+    assert not any(re.match(r"(?:的|以及)", w) for w in words), "a search word is the tail of a phrase"
+
+
+@pytest.mark.parametrize("text, key", [("首 token 延迟", "首token延迟"), ("首token延迟", "首token延迟"),
+                                       ("KV 缓存", "kv缓存"), ("KV缓存", "kv缓存"), ("分页 KV 缓存", "分页kv缓存")])
+def test_a_compound_is_indexed_whole_with_or_without_spaces(tmp_path, text, key):
+    """首 alone is never indexed (one character), so 首 token 延迟 is indexed as one word."""
+    language = _chinese_search(tmp_path)
+    assert key in language.split(f"这一章的{text}很长")
+
+
+def test_a_term_of_the_term_table_is_checked_on_its_pages(books):
+    english = "Each chunk of the prompt runs in one step."
+    assert "chunk" not in dict(i18n_terms.page_terms("chapters/99_x"))
+    assert ("chunk", "分块") in i18n_terms.page_terms("chapters/12_serving")
+    assert books({english: "提示词的每个块在一步中运行。"}).problems == []  # another chapter's chunk
+
+
+RATIO = "{glue:text}`mha_over_mla`"
+
+
+@pytest.mark.parametrize("wrong", [f"缓存少 {RATIO} 倍", f"快了 {RATIO} 倍", f"首 token 时间为 {RATIO} 秒",
+                                   f"用时间模型计价，得 {RATIO}", f"第 1 章的内存算术给出 {RATIO}",
+                                   f"{RATIO} 很便宜"])
+def test_a_phrasing_that_reads_as_translated_english_is_caught(books, wrong):
+    report = books({f"The ratio is {RATIO}.": f"{wrong}。"})
+    assert [p.kind for p in report.problems] == ["style"], report.problems
+
+
+def test_an_attention_score_is_fenshu_on_chapter_pages():
+    assert i18n_terms.style_problems("chapters/13_mla", "得分除以 $\\sqrt{d}$")
+    assert not i18n_terms.style_problems("book/exercises_and_grading", "这项测试才能得分")
 
 
 def test_words_in_a_formula_translate_and_its_identifiers_stay():
