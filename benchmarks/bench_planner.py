@@ -20,6 +20,7 @@ import threading
 
 from benchmarks.records import Record
 from grading.layout import ROOT
+from tests.browser.test_planner import QuietHandler
 
 SCRIPT = ROOT / "_static" / "planner.js"
 MAX_SCRIPT_BYTES = 100 * 1024
@@ -27,8 +28,7 @@ MAX_SCRIPT_BYTES = 100 * 1024
 
 @contextlib.contextmanager
 def _served(html):
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(html))
-    handler.log_message = lambda *a, **k: None
+    handler = functools.partial(QuietHandler, directory=str(html))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:

@@ -307,10 +307,16 @@ def compare_random_settings(driver, url: str, count: int = NUM_SETTINGS, seed: i
 # ---- The tests. ----
 
 
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the built book without a log line per request."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+
 @pytest.fixture(scope="module")
 def server():
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(HTML))
-    handler.log_message = lambda *a, **k: None
+    handler = functools.partial(QuietHandler, directory=str(HTML))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
