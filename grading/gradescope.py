@@ -18,13 +18,8 @@ module name (``-p grading.judge.plugin``).
 for every submission) grades ``ROOT/submission`` exactly as ``python -m grading.batch``
 grades one student: the same :class:`grading.classroom.grade.Grader`, the same sandboxed child
 per chapter, the same gradebook rows. The rows are then written as
-``ROOT/results/results.json``::
-
-    {"score", "execution_time", "output", "stdout_visibility", "extra_data",
-     "tests": [{"name", "number", "score", "max_score", "status", "output", "visibility"}]}
-
-one test per exercise (``number`` "5.3"); the hidden tests of an exercise are a test of
-their own with ``visibility: after_published`` whose output never names them. A
+``ROOT/results/results.json`` (:mod:`grading.classroom.results`: one test per exercise,
+the hidden tests of an exercise a test of their own that never names them). A
 placeholder ``results.json`` saying that grading did not finish is written before
 anything runs, and whatever goes wrong afterwards (a crash of the grader itself, a
 timeout) still ends in a valid file that names the failure, to the student and, in a test
@@ -44,8 +39,8 @@ import traceback
 import zipfile
 from pathlib import Path
 
-from grading.classroom import gradebook as gb
-from grading.classroom.rows import OVERRIDDEN, PASSED, Row, SKIPPED, exercise_order, num
+from grading.classroom.results import failure_results, results_from_rows, write_results
+from grading.classroom.rows import num
 from grading.layout import EXERCISES, GRADESCOPE, REFERENCES, ROOT, TESTS, discover_chapters
 from grading.pins import grader_requirements
 from grading.proc.judges import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
@@ -94,67 +89,6 @@ def chapter_packages(chapter) -> set[str]:
     notebook = nbformat.read(chapter.exercise, as_version=4)
     texts += [c.source for c in notebook.cells if c.cell_type == "code"]
     return {name for text in texts for m in pattern.finditer(text) for name in m.groups() if name}
-
-
-# -- results.json ---------------------------------------------------------------------------
-def _test_output(row: Row) -> str:
-    """What the student reads under one test: the status and the grader's message; for
-    hidden tests only whether they passed (never their names, source or messages)."""
-    if row.exercise.endswith(" hidden"):
-        if row.status == PASSED:
-            return "passed"
-        if row.status == OVERRIDDEN:
-            return f"{row.status}: {row.message}"
-        return f"{row.status}: some of these tests did not pass"
-    advice = gb.STATUS_ADVICE.get(row.status, "")
-    text = f"{row.status}"
-    text += f": {row.message}" if row.message else ""
-    return text + (f"\n{advice}" if advice else "")
-
-
-def results_from_rows(rows: list[Row], seconds: float, extra: dict | None = None) -> dict:
-    """Gradebook rows of one student -> Gradescope's results.json (a dict)."""
-    tests = []
-    for r in sorted((r for r in rows if r.exercise), key=lambda r: (exercise_order(r.exercise))):
-        hidden = r.exercise.endswith(" hidden")
-        number = r.exercise.split()[0]
-        test = {"name": f"Exercise {number}" + (", further tests" if hidden else "") + f" ({r.chapter})",
-                "number": number + (" hidden" if hidden else ""),
-                "score": round(float(r.points), 3), "max_score": round(float(r.max_points), 3),
-                "output": _test_output(r), "visibility": "after_published" if hidden else "visible"}
-        if r.status != SKIPPED:  # a GPU-only test on a CPU container: neither passed nor failed
-            test["status"] = "passed" if r.status == PASSED or (
-                r.status == OVERRIDDEN and r.points >= r.max_points) else "failed"
-        tests.append(test)
-    graded = [r for r in rows if r.exercise]
-    score, possible = sum(r.points for r in graded), sum(r.max_points for r in graded)
-    lines = [f"Total: {num(score)} / {num(possible)} points."]
-    lines += [f"- {r.chapter + ': ' if r.chapter else ''}{r.message}" for r in rows if not r.exercise and r.message]
-    return {"score": round(score, 3), "execution_time": round(seconds, 1), "output": "\n".join(lines),
-            "stdout_visibility": "hidden", "tests": tests, "extra_data": extra or {}}
-
-
-# Gradescope tells no one when an autograder fails: what it shows is the submission's results.
-# A failure is written where an instructor reads them and a student does not: a test of its
-# own with visibility "hidden" (shown to instructors only, Gradescope's specification), beside
-# the log on stdout ("Autograder Output", stdout_visibility "hidden"). run_autograder's own
-# fallback, for a Python that cannot start, writes the same test.
-FAILURE_TEST = "Autograder failure (instructors only)"
-FAILURE_STUDENT_TEXT = ("This submission scores 0 until it is graded again. What went wrong is recorded with it, "
-                        "in a part of these results that only your instructor sees; Gradescope does not alert "
-                        "them, so tell your instructor. Resubmitting may help if the failure was the platform's.")
-
-
-def failure_results(message: str, seconds: float = 0.0) -> dict:
-    """A valid results.json for a run that could not grade: score 0, the failure named to
-    the student, and to the instructor in a test only instructors see (:data:`FAILURE_TEST`)."""
-    return {"score": 0.0, "execution_time": round(seconds, 1), "stdout_visibility": "hidden",
-            "output": f"The autograder could not grade this submission: {message}\n{FAILURE_STUDENT_TEXT}",
-            "tests": [{"name": FAILURE_TEST, "number": "0", "score": 0.0, "max_score": 0.0, "status": "failed",
-                       "output": f"The autograder failed: {message}\nThe log is under Autograder Output. Once "
-                                 "the autograder is fixed, regrade the submissions that show this test.",
-                       "visibility": "hidden"}],
-            "extra_data": {"failure": message}}
 
 
 # The container's memory counters (cgroup v2, else v1): how often the kernel's out-of-memory
@@ -208,13 +142,6 @@ def memory_failure(endings: dict, before: dict[str, int], after: dict[str, int],
     return ""
 
 
-def write_results(path: Path, results: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 # -- grading one submission ---------------------------------------------------------------------
 class ContainerOutOfMemory(RuntimeError):
     """The container's memory, not the notebook, ended the grading (:func:`memory_failure`)."""
@@ -239,7 +166,6 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
     grader's path; returns the results. Never raises: a failure is a results.json too.
     ``late_penalty`` (``FRACTION[:CAP]``, :mod:`grading.classroom.late`) applies to a submission
     whose ``root/submission_metadata.json`` says it came after its due date."""
-    from grading.classroom import late
     from grading.proc import sandbox
     from grading.classroom.grade import GradeConfig, grade_submission, hidden_tests
 
@@ -267,20 +193,8 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
         killed = memory_failure(grader.endings, events, memory_events(), container_size())
         if killed:
             raise ContainerOutOfMemory(killed)
-        lateness = None
-        if late_penalty:
-            submitted, due = late.from_gradescope(root / "submission_metadata.json")
-            if submitted is not None and due is not None:
-                lateness = late.lateness(submitted, due, late.LatePolicy.parse(late_penalty))
-                rows = late.apply(rows, lateness)
-        peak = {stem: round(mb, 1) for (_, stem), mb in grader.peak_rss.items()}
-        import resource
-
-        front = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this process, beside each child
-        results = results_from_rows(rows, time.monotonic() - start,
-                                    {"sandbox": box.line, "peak_rss_mb": peak, "front_door_rss_mb": round(front, 1),
-                                     "grader_root": str(ROOT),
-                                     **({"late": lateness.to_json()} if lateness else {})})
+        rows, lateness = _late(root, rows, late_penalty)
+        results = results_from_rows(rows, time.monotonic() - start, _extra(box.line, grader.peak_rss, lateness))
         for r in rows:
             print(f"{r.chapter or '-':<28} {r.exercise or '-':<12} {num(r.points):>6} / "
                   f"{num(r.max_points):<6} {r.status}  {r.message[:100]}")
@@ -295,6 +209,32 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
             raise
     write_results(path, results)
     return results
+
+
+def _late(root: Path, rows: list, late_penalty: str) -> tuple[list, object]:
+    """The rows with the late penalty (:mod:`grading.classroom.late`) applied where
+    ``root/submission_metadata.json`` says the submission came after its due date, and the
+    :class:`grading.classroom.late.Lateness` (None: on time, or no penalty)."""
+    from grading.classroom import late
+
+    if not late_penalty:
+        return rows, None
+    submitted, due = late.from_gradescope(root / "submission_metadata.json")
+    if submitted is None or due is None:
+        return rows, None
+    lateness = late.lateness(submitted, due, late.LatePolicy.parse(late_penalty))
+    return late.apply(rows, lateness), lateness
+
+
+def _extra(sandbox_line: str, peak_rss: dict, lateness) -> dict:
+    """results.json's ``extra_data``: the sandbox, each chapter's peak memory and this
+    process's (beside each judge), where the grader ran, the late penalty taken."""
+    import resource
+
+    front = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"sandbox": sandbox_line, "peak_rss_mb": {stem: round(mb, 1) for (_, stem), mb in peak_rss.items()},
+            "front_door_rss_mb": round(front, 1), "grader_root": str(ROOT),
+            **({"late": lateness.to_json()} if lateness else {})}
 
 
 def _entry(submission: Path) -> Path:
@@ -360,21 +300,9 @@ def container_advice(stems: list[str], peaks_file: Path = PEAKS) -> tuple[int | 
 
 
 # -- building the zip ---------------------------------------------------------------------------
-def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None = None,
-          timeout: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB, late_penalty: str = "") -> Path:
-    """Write ``out/autograder/`` (the tree) and ``out/autograder.zip`` (the same, zipped
-    with ``setup.sh`` and ``run_autograder`` at its root). Returns the zip's path.
-    Raises ValueError for chapters that name none, or a malformed ``late_penalty``."""
-    if late_penalty:
-        from grading.classroom.late import LatePolicy
-
-        LatePolicy.parse(late_penalty)
-    found = discover_chapters(only=chapters.split(",") if chapters else None)
-    if not found:
-        raise ValueError(f"chapters={chapters!r} names no chapter of the book")
-    tree = out / "autograder"
-    shutil.rmtree(tree, ignore_errors=True)
-    tree.mkdir(parents=True)
+def zip_files(found: list, extra_tests: Path | None) -> tuple[dict[str, Path], list[str]]:
+    """What the zip holds for the chapters ``found`` ({path in the zip: source}), and the
+    repository's packages among it (grading/ and what the chapters need)."""
     files: dict[str, Path] = {"setup.sh": SCRIPTS / "setup.sh", "run_autograder": SCRIPTS / "run_autograder"}
     files.update({name: ROOT / name for name in TOP_FILES})
     packages = ["grading", *sorted(set().union(*(chapter_packages(c) for c in found)))]
@@ -392,11 +320,30 @@ def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None =
         if c.diagnosis.exists():  # what the catalogue's bugs output: the diagnosis, without the bugs' code
             files[str(c.diagnosis.relative_to(ROOT))] = c.diagnosis
     if extra_tests is not None:
-        from grading.batch import hidden_tests
+        from grading.classroom.grade import hidden_tests
 
         for paths in hidden_tests(Path(extra_tests).resolve(), found).values():
             for path in paths:
                 files[f"{HIDDEN_DIR}/{path.name}"] = path
+    return files, packages
+
+
+def build(out: Path = GRADESCOPE, chapters: str = "", extra_tests: Path | None = None,
+          timeout: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB, late_penalty: str = "") -> Path:
+    """Write ``out/autograder/`` (the tree) and ``out/autograder.zip`` (the same, zipped
+    with ``setup.sh`` and ``run_autograder`` at its root). Returns the zip's path.
+    Raises ValueError for chapters that name none, or a malformed ``late_penalty``."""
+    if late_penalty:
+        from grading.classroom.late import LatePolicy
+
+        LatePolicy.parse(late_penalty)
+    found = discover_chapters(only=chapters.split(",") if chapters else None)
+    if not found:
+        raise ValueError(f"chapters={chapters!r} names no chapter of the book")
+    tree = out / "autograder"
+    shutil.rmtree(tree, ignore_errors=True)
+    tree.mkdir(parents=True)
+    files, packages = zip_files(found, extra_tests)
     for name, source in files.items():
         target = tree / name
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -190,23 +190,23 @@ def exercise_points(chapters: list[Chapter]) -> dict[str, dict[str, ExercisePoin
     """{stem: {exercise: (total, core)}} from the graders themselves, collected by one
     grading child as ``grading.batch`` collects its plan: a test function is worth its
     ``points`` mark, GPU-only tests included; ``core`` sums the functions marked core."""
-    from grading.classroom.rows import core_points, group_plan, max_points
+    from dataclasses import replace
+
     from grading.proc.judges import run_child
+    from grading.scoring import core_points, group_plan, max_points
 
     files = [str(c.test_file) for c in chapters]
-    result = run_child({"test_files": files, "hidden_files": [], "collect_only": True},
-                       timeout=COLLECT_TIMEOUT_S, memory_mb=0, threads=1)
-    plans = result.of("plan")
-    errors = result.of("collect_error")
-    if not plans or errors:
-        why = errors[0]["message"] if errors else result.output[-3000:]
+    report = run_child({"test_files": files, "hidden_files": [], "collect_only": True},
+                       timeout=COLLECT_TIMEOUT_S, memory_mb=0, threads=1).report
+    if report.plan is None or report.collect_errors:
+        why = report.collect_errors[0].message if report.collect_errors else report.output[-3000:]
         raise RuntimeError("could not collect the graders for the nbgrader points:\n" + why)
     out = {}
     for c in chapters:
         mine = str(c.test_file.resolve())
-        tests = [{**t, "skip": False} for t in plans[0]["tests"] if t["path"] == mine and t.get("exercise")]
+        tests = [replace(t, skip=False) for t in report.plan.tests if t.path == mine and t.exercise]
         out[c.stem] = {label: ExercisePoints(max_points(fns), core_points(fns),
-                                             tuple((f, fn["points"]) for (_, f), fn in fns.items() if fn["core"]))
+                                             tuple((fn.name, fn.points) for fn in fns if fn.core))
                        for label, fns in group_plan(tests).items()}
     return out
 

@@ -4,16 +4,19 @@ The pytest plugin decides a test's :class:`Status` from the exception itself (ne
 its text); the grading child sends it to the batch grader as a field of a JSON line; the
 judge's stopped contestants (:mod:`grading.judge`) use the same statuses; the gradebook,
 the feedback and the terminal summary only format them. A process killed by a signal is
-described by :func:`describe_signal` wherever that happens, and partial credit is
-computed by :func:`earned` alone.
+described by :func:`describe_signal` wherever that happens (in the words of
+:mod:`grading.texts`); points are :mod:`grading.scoring`'s.
 """
 
 from __future__ import annotations
 
 import re
 import signal
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from enum import Enum
+from typing import ClassVar
+
+from grading.texts import NOT_IMPLEMENTED, SIGNALS
 
 
 class Status(str, Enum):
@@ -41,18 +44,6 @@ class Status(str, Enum):
 # Statuses that want a human look (written to needs_review.md).
 FOR_REVIEW = (Status.TIMED_OUT, Status.MEMORY, Status.CRASHED, Status.TAMPERED, Status.REVIEW)
 
-SIGNAL_HINTS = {
-    signal.SIGSEGV: "a segmentation fault: native code read or wrote outside every tensor (under "
-                    "TRITON_INTERPRET=1 the usual cause is a tl.load or tl.store without a mask; or ctypes)",
-    signal.SIGBUS: "a bus error: a misaligned or unmapped memory access",
-    signal.SIGABRT: "the process aborted (a failed assertion in a C++ extension?)",
-    signal.SIGKILL: "killed from outside, by the notebook itself, or by the kernel's out-of-memory killer",
-    signal.SIGFPE: "an arithmetic fault (integer division by zero in native code)",
-    signal.SIGXFSZ: "a file grew past the size limit",
-    signal.SIGXCPU: "the CPU-time limit was reached",
-}
-
-
 def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -63,10 +54,10 @@ def signal_name(number: int) -> str:
 def describe_signal(number: int) -> str:
     """``"SIGSEGV: a segmentation fault: ..."``: the signal and its likely cause."""
     try:
-        hint = SIGNAL_HINTS.get(signal.Signals(number), "")
+        text = SIGNALS.get(signal.Signals(number))
     except ValueError:
-        hint = ""
-    return signal_name(number) + (f": {hint}" if hint else "")
+        text = None
+    return signal_name(number) + (f": {text.message}" if text else "")
 
 
 # What torch's CPU allocator and the C++ runtime say when an allocation fails: torch
@@ -106,7 +97,7 @@ def summary(exc: BaseException, where: str = "") -> str:
     from grading.compare import GradingFailure
 
     if isinstance(exc, NotImplementedError):
-        text = f"not implemented yet ({exc})"
+        text = NOT_IMPLEMENTED.format(label="", error=exc).lstrip()
     elif isinstance(exc, GradingFailure):
         text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
     elif isinstance(exc, AssertionError):
@@ -122,18 +113,6 @@ def clip(text: str, limit: int = MESSAGE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def earned(points: float, passed: int, graded: int, core: bool = False) -> float:
-    """What a test function earns: its points shared equally by its graded cases
-    (partial credit), or, for a ``core`` function (``@pytest.mark.core``: the cases
-    an exercise exists to teach), all of its points when every graded case passed and
-    none otherwise. A function whose every case was skipped earns and costs nothing."""
-    if not graded:
-        return 0.0
-    if core:
-        return float(points) if passed == graded else 0.0
-    return points * passed / graded
-
-
 # -- one test, and one exercise, decided once -------------------------------------------------
 OUTCOMES = ("passed", "failed", "skipped")
 
@@ -141,9 +120,10 @@ OUTCOMES = ("passed", "failed", "skipped")
 @dataclass
 class TestOutcome:
     """One test as the judge decided it (:mod:`grading.judge.main`), the one schema of the
-    ``test`` lines the batch grader reads (:mod:`grading.batch`, :mod:`grading.classroom.gradebook`)."""
+    ``test`` lines of a judge's report (:mod:`grading.wire.report`)."""
 
     __test__ = False  # not a pytest test class, whatever its name
+    KIND: ClassVar[str] = "test"
 
     nodeid: str
     outcome: str  # one of OUTCOMES
@@ -158,15 +138,15 @@ class TestOutcome:
 
     @classmethod
     def from_json(cls, data) -> "TestOutcome":
-        """Strict: the fields of this class, each a string; the outcome and status known."""
-        if not isinstance(data, dict):
-            raise ValueError("a test outcome that is not an object")
-        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        if "nodeid" not in fields or "outcome" not in fields or not all(isinstance(v, str) for v in fields.values()):
-            raise ValueError("a test outcome without its nodeid and outcome, or with fields not of text")
-        if fields["outcome"] not in OUTCOMES or fields.get("status", "") not in ("", *(s.value for s in Status)):
-            raise ValueError(f"a test outcome of no known kind ({fields['outcome']!r}, {fields.get('status')!r})")
-        return cls(**fields)
+        """Strict: exactly the fields of this class, each a string; the outcome and status
+        known. Raises ValueError."""
+        if not isinstance(data, dict) or set(data) != {f.name for f in fields(cls)}:
+            raise ValueError("a test outcome without exactly its fields")
+        if not all(isinstance(v, str) and len(v) <= 64 * 1024 for v in data.values()):
+            raise ValueError("a test outcome with fields not of text")
+        if data["outcome"] not in OUTCOMES or data["status"] not in ("", *(s.value for s in Status)):
+            raise ValueError(f"a test outcome of no known kind ({data['outcome'][:40]!r}, {data['status'][:40]!r})")
+        return cls(**data)
 
     @property
     def passed(self) -> bool:

@@ -3,7 +3,7 @@
 Every front door (``python -m grading.batch`` for a class, Gradescope's ``run_autograder``
 for one submission, nbgrader's ``autograde``) grades through :class:`Grader`: it starts a
 judge (:mod:`grading.proc.judges`) for each chapter a submission holds, reads the judge's
-typed records (its plan, each test's outcome, its exit record) and turns them into rows
+typed report (:class:`grading.wire.report.JudgeReport`) and turns it into rows
 (:mod:`grading.classroom.rows`). :func:`grade_submission` is the whole of it for one
 submission.
 """
@@ -19,16 +19,19 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.classroom.rows import (CRASHED, MEMORY, MISSING, NOTE, REVIEW, Row, TAMPERED, TIMED_OUT, UNMATCHED,
-    crash_text, graded_rows, one_line, zero_rows)
+from grading.classroom.rows import (CRASHED, MEMORY, MISSING, NOTE, REVIEW, Row, TAMPERED, TIMED_OUT, crash_text,
+                                    graded_rows, one_line, zero_rows)
 from grading.layout import EXERCISE_LINE, EXERCISES, ROOT, SOLUTIONS, cell_source
 from grading.classroom.matching import (Chapter, Submission, entry_kind, match_folder, readable,
                               unpack_zip)
 from grading.notebook.loader import MAX_CAPTURED_CHARS
 from grading.notebook.untrusted import NOTEBOOK_CAP
-from grading.outcome import MESSAGE_CHARS, TestOutcome
-from grading.proc.judges import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, OUTPUT_CAP, ChildResult, run_child
+from grading.outcome import MESSAGE_CHARS
+from grading.proc.judges import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, OUTPUT_CAP, run_child
+from grading.texts import UNMATCHED
 from grading.wire import ExitRecord
+from grading.wire.records import PlannedTest
+from grading.wire.report import JudgeReport
 
 MAX_NOTEBOOK_BYTES = NOTEBOOK_CAP  # the size untrusted.read_submission reads at most
 # The packages of this repository the judge imports: every file in them is fingerprinted,
@@ -116,50 +119,39 @@ def structure_review(student_ids: list[str], solution_ids: list[str]) -> tuple[d
     return review, notes
 
 
-def stream_problems(r: ChildResult, planned: set[str]) -> list[str]:
-    """What in a child's outcome lines could not come from one honest grading process:
-    a test reported twice (the process was forked, or lines were forged), a test that
-    was never planned, or lines after the end. Any of these voids the chapter."""
-    problems, seen, done = [], set(), False
-    for line in r.lines:
-        if done:
-            problems.append("outcome lines arrived after the grading process said it was done")
-            break
-        if line.get("kind") == "exit":
-            done = True
-        elif line.get("kind") == "test":
-            nodeid = line.get("nodeid")
-            if nodeid in seen:
-                problems.append(f"a test was reported twice ({nodeid}): the grading process was forked "
-                                "or its results were written by the notebook")
-                break
-            if nodeid not in planned:
-                problems.append(f"an unknown test was reported ({str(nodeid)[:80]})")
-                break
-            seen.add(nodeid)
-    return problems
+def stream_problems(report: JudgeReport, planned: set[str]) -> list[str]:
+    """What in a judge's report could not come from one honest judge: a test reported
+    twice (the process was forked, or lines were forged), lines after the end
+    (:attr:`JudgeReport.stream_problems`), or a test that was never planned. Any of these
+    voids the chapter."""
+    unknown = report.unplanned(planned)
+    return report.stream_problems[:1] + ([f"an unknown test was reported ({unknown[0][:80]})"] if unknown else [])
 
 
-def chapter_verdict(r: ChildResult, planned: set[str], timeout: float, limit: str) -> tuple[str, str] | None:
-    """The one status a whole chapter gets, with its message, when its judge's records do
-    not grade it test by test; None when they do. Decided from typed records only (the
-    exit record, the judge's lines), never from what the processes printed, in this order:
-    the time limit, a stream of records no honest judge writes, how the judge ended, and
-    graders that could not run."""
-    if r.timed_out:
+def chapter_verdict(report: JudgeReport, planned: set[str], timeout: float, limit: str) -> tuple[str, str] | None:
+    """The one status a whole chapter gets, with its message, when its judge's report does
+    not grade it test by test; None when it does. Decided from typed records only, never
+    from what the processes printed, in this order: the time limit, a stream of records
+    no honest judge writes, how the judge ended, graders that could not run, and records
+    that could not be read."""
+    if report.timed_out:
         return TIMED_OUT, f"grading this chapter took longer than {timeout:g} s and was stopped"
-    tamper = [v for line in r.of("tamper") for v in line["violations"]] + stream_problems(r, planned)
+    tamper = list(report.tamper.violations) + stream_problems(report, planned)
     if tamper:
         return TAMPERED, "; ".join(tamper)[:MESSAGE_CHARS]
-    ended = r.exit
+    ended = report.exit
     if ended.status == "memory":
         return MEMORY, f"grading this chapter ran out of memory (limit {limit})"
     if ended.status == "crashed":
         return CRASHED, crash_text(ended.returncode, ended.signal)
-    errors = r.of("collect_error")
-    if errors:
-        why = errors[0].get("summary") or one_line(errors[0]["message"])
-        return REVIEW, f"the graders could not run: {why}"
+    if report.collect_errors:
+        first = report.collect_errors[0]
+        return REVIEW, f"the graders could not run: {first.summary or one_line(first.message)}"
+    if report.malformed:  # only our own judge writes these lines: a bug, for review
+        return REVIEW, f"the judge's outcome lines could not be read: {report.malformed[0]}"
+    unreadable = report.load.of("unreadable")
+    if unreadable:
+        return REVIEW, one_line(unreadable[0].message)
     return None
 
 
@@ -191,7 +183,7 @@ class Grader:
         self.args = args
         self.chapters = chapters
         self.hidden = hidden
-        self.plan: dict[str, list[dict]] = {}
+        self.plan: dict[str, list[PlannedTest]] = {}
         self.solution_ids: dict[str, list[str]] = {}
         self.baseline: dict[str, str] = {}
         self.compromised = ""
@@ -222,17 +214,15 @@ class Grader:
         """Which tests each chapter has, their exercises and points (one collect-only child)."""
         files = [str(c.test_file) for c in self.chapters]
         hidden = [str(p) for ps in self.hidden.values() for p in ps]
-        result = run_child({"test_files": files, "hidden_files": hidden, "collect_only": True},
-                           timeout=max(self.args.timeout, 300), memory_mb=0, threads=1, hide=self.hide)
-        plans = result.of("plan")
-        if not plans or not plans[0]["tests"]:
-            raise SystemExit("could not collect the graders:\n" + result.output[-3000:])
-        errors = result.of("collect_error")
-        if errors:
-            raise SystemExit("the graders do not import:\n" + errors[0]["message"])
+        report = run_child({"test_files": files, "hidden_files": hidden, "collect_only": True},
+                           timeout=max(self.args.timeout, 300), memory_mb=0, threads=1, hide=self.hide).report
+        if report.plan is None or not report.plan.tests:
+            raise SystemExit("could not collect the graders:\n" + "\n".join(report.malformed) + report.output[-3000:])
+        if report.collect_errors:
+            raise SystemExit("the graders do not import:\n" + report.collect_errors[0].message)
         for c in self.chapters:
             mine = {str(c.test_file.resolve())} | {f"hidden/{p.name}" for p in self.hidden.get(c.stem, [])}
-            self.plan[c.stem] = [t for t in plans[0]["tests"] if t["path"] in mine]
+            self.plan[c.stem] = [t for t in report.plan.tests if t.path in mine]
             # The exercise cells' order; a tree without solutions (the autograder) has the stubs'.
             source = SOLUTIONS / f"{c.stem}.ipynb"
             ids = exercise_cells(source if source.exists() else EXERCISES / f"{c.stem}.ipynb")
@@ -256,12 +246,12 @@ class Grader:
             device = next(self.devices)
         spec = {"chapter": stem, "test_files": [str(task.chapter.test_file)],
                 "hidden_files": [str(h) for h in self.hidden.get(stem, [])], "notebook_files": files}
-        result = run_child(spec, timeout=self.args.timeout, memory_mb=self.args.memory_mb,
-                           threads=self.args.threads, cuda_devices=device, hide=self.hide)
-        if result.peak_rss_mb is not None:
-            self.peak_rss[(s, stem)] = result.peak_rss_mb
-        self.endings[(s, stem)] = (result.exit, result.timed_out)
-        rows = self.rows_from(s, stem, tests, result, review, notes)
+        report = run_child(spec, timeout=self.args.timeout, memory_mb=self.args.memory_mb,
+                           threads=self.args.threads, cuda_devices=device, hide=self.hide).report
+        if report.exit.max_rss_kb is not None:
+            self.peak_rss[(s, stem)] = report.exit.max_rss_kb / 1024
+        self.endings[(s, stem)] = (report.exit, report.timed_out)
+        rows = self.rows_from(s, stem, tests, report, review, notes)
         now = fingerprint(self.chapters, [p for ps in self.hidden.values() for p in ps])
         # Files that appeared since are ignored: nothing imports them.
         changed = sorted(k for k in self.baseline if now.get(k) != self.baseline[k])
@@ -277,48 +267,46 @@ class Grader:
         (another student's notebook), the hidden tests' folder."""
         return [p for p in (self.args.out, self.args.submissions.resolve(), self.args.extra_tests) if p]
 
-    def rows_from(self, s: str, stem: str, tests: list[dict], r: ChildResult, review: dict,
+    def rows_from(self, s: str, stem: str, tests: list[PlannedTest], report: JudgeReport, review: dict,
                   notes: list[str]) -> list[Row]:
+        """The chapter's rows from its judge's report: one status for the whole chapter
+        (:func:`chapter_verdict`), or each exercise scored, then the notes."""
         limit = f"{self.args.memory_mb} MB"
-        verdict = chapter_verdict(r, {t["nodeid"] for t in tests}, self.args.timeout, limit)
+        verdict = chapter_verdict(report, {t.nodeid for t in tests}, self.args.timeout, limit)
         if verdict is not None:
             return zero_rows(s, stem, tests, *verdict)
-        try:
-            outcomes = {o.nodeid: o for o in map(TestOutcome.from_json, r.of("test"))}
-        except ValueError as exc:  # only our own judge writes these lines: a bug, for review
-            return zero_rows(s, stem, tests, REVIEW, f"the judge's outcome lines could not be read: {exc}")
-        load = (r.of("load") or [{"problems": []}])[0]
-        unreadable = [p for p in load["problems"] if p["kind"] == "unreadable"]
-        if unreadable:
-            return zero_rows(s, stem, tests, REVIEW, one_line(unreadable[0]["message"]))
-        memory_note = ""
-        for p in load["problems"]:
-            if p["kind"] == "error" and p.get("memory"):
-                memory_note = f"cell {p['cell']} ran out of memory (limit {limit})"
-                break
+        memory = [p for p in report.load.of("error") if p.memory]
+        memory_note = f"cell {memory[0].cell} ran out of memory (limit {limit})" if memory else ""
         # Advice only (no points depend on it), kept to exercises that failed and cut to size.
-        diagnoses = {str(d.get("exercise")): one_line(str(d.get("message", "")), 400)
-                     for line in r.of("diagnosis")[:1] for d in line.get("diagnoses", [])[:50]}
-        rows = graded_rows(s, stem, tests, outcomes, review, memory_note, diagnoses)
+        diagnoses = {d.exercise: one_line(d.message, 400) for d in report.diagnoses.diagnoses[:50]}
+        rows = graded_rows(s, stem, tests, report.outcomes(), review, memory_note, diagnoses)
         if memory_note:
             rows.append(Row(s, stem, "", 0, 0, MEMORY, memory_note))
-        for p in load["problems"]:
-            if p["kind"] == "error" and memory_note and p.get("memory"):
-                continue
-            if p["kind"] == "skipped":
-                text = f"cell {p['cell']}: {p['message']} (not run by the grader)"
-                rows.append(Row(s, stem, "", 0, 0, NOTE, text))
-            elif p["kind"] == "error":
-                text = f"cell {p['cell']} raised {one_line(p['message'], 300)}"
-                rows.append(Row(s, stem, "", 0, 0, NOTE, text))
-        rows += [Row(s, stem, "", 0, 0, NOTE, n) for n in notes]
-        if load.get("output_chars", 0) >= MAX_CAPTURED_CHARS:
-            rows.append(Row(s, stem, "", 0, 0, NOTE, f"the notebook printed more than {MAX_CAPTURED_CHARS} "
-                                                     "characters; the rest of its output was discarded"))
-        elif r.output_bytes > OUTPUT_CAP:
-            rows.append(Row(s, stem, "", 0, 0, NOTE, f"the notebook printed more than {OUTPUT_CAP // 1024} KB; "
-                                                     "the rest of its output was discarded"))
-        return rows
+        chapter_notes = cell_notes(report, bool(memory_note)) + notes + output_notes(report)
+        return rows + [Row(s, stem, "", 0, 0, NOTE, text) for text in chapter_notes]
+
+
+def cell_notes(report: JudgeReport, memory_said: bool) -> list[str]:
+    """The notes a chapter's load leaves: cells skipped or raising (a cell out of memory
+    is said once, by the memory note)."""
+    out = []
+    for p in report.load.problems:
+        if p.kind == "skipped":
+            out.append(f"cell {p.cell}: {p.message} (not run by the grader)")
+        elif p.kind == "error" and not (memory_said and p.memory):
+            out.append(f"cell {p.cell} raised {one_line(p.message, 300)}")
+    return out
+
+
+def output_notes(report: JudgeReport) -> list[str]:
+    """A note when what the notebook printed was cut at its cap."""
+    out = []
+    if report.load.output_chars >= MAX_CAPTURED_CHARS:
+        out.append(f"the notebook printed more than {MAX_CAPTURED_CHARS} characters; the rest of its output was "
+                   "discarded")
+    elif report.output_bytes > OUTPUT_CAP:
+        out.append(f"the notebook printed more than {OUTPUT_CAP // 1024} KB; the rest of its output was discarded")
+    return out
 
 
 # -- one submission ---------------------------------------------------------------------------

@@ -16,11 +16,12 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from grading import scoring, texts
 from grading.outcome import FOR_REVIEW
 from grading.classroom.matching import readable
 from grading.classroom.sheets import StudentKeys
-from grading.classroom.rows import (CRASHED, FIELDS, MEMORY, MISSING, NOTE, OVERRIDDEN, PASSED, REVIEW, Row,
-                                    TAMPERED, TIMED_OUT, UNMATCHED, csv_value, exercise_order, graded_chapters, num,
+from grading.classroom.rows import (CRASHED, FIELDS, MISSING, NOTE, OVERRIDDEN, PASSED, REVIEW, Row,
+                                    TAMPERED, TIMED_OUT, csv_value, exercise_order, graded_chapters, num,
                                     one_line)
 
 
@@ -256,7 +257,7 @@ def apply_overrides(rows: list[Row], overrides: list[Override]) -> tuple[list[Ro
             continue
         for i in hits:
             r = out[i]
-            if o.points > r.max_points:
+            if not scoring.override_fits(o.points, r.max_points):
                 problems.append(f"override on line {o.line} gives {num(o.points)} points to {o.student}, "
                                 f"{o.exercise}, which is worth {num(r.max_points)}; not applied")
                 continue
@@ -285,22 +286,6 @@ def resolve_override_students(overrides: list[Override], submissions: list[str],
 
 
 # -- feedback ---------------------------------------------------------------------------
-STATUS_ADVICE = {
-    TIMED_OUT: "Look for an infinite loop, or training at the top level of a cell; move long runs into a "
-               "function or a cell tagged `skip-grading`.",
-    MEMORY: "Something allocates far more memory than the exercise needs; check sizes (and units) in your cells.",
-    CRASHED: "The notebook ended the grading process (a segfault, `sys.exit()`, `os._exit()` or a kill). "
-             "Run it top to bottom in a fresh kernel.",
-    TAMPERED: "Your notebook interfered with the grader. This chapter scores zero; talk to your instructor.",
-    MISSING: "No notebook for this chapter was found in your submission.",
-}
-# What a chapter without a grade (NO_GRADE) says instead of points.
-NO_GRADE_TEXT = {
-    MISSING: "No notebook for this chapter was found in your submission; no grade was given for it.",
-    REVIEW: "Your instructor will review this chapter by hand; no grade was given for it yet.",
-}
-
-
 # A hidden test's id as the judge reports it (grading.judge.main.Collector.stable): never shown
 # to a student, whatever message it ends up in (a chapter-wide reason names a test).
 HIDDEN_NODEID = re.compile(r"hidden/[^\s/:()]+\.py(?:::[^\s()]*)?")
@@ -332,7 +317,7 @@ def feedback_markdown(student: str, rows: list[Row]) -> str:
         if chapter in ungraded:
             lines += ["", f"## {chapter}: no grade yet", ""]
             for status in dict.fromkeys(r.status for r in ex):
-                lines += [f"> **{status}**: {NO_GRADE_TEXT.get(status, '')}", ""]
+                lines += [f"> **{status}**: {texts.no_grade(status)}", ""]
             # The reason, once per distinct message; a hidden row's message is the instructor's.
             for text in dict.fromkeys(r.message for r in ex if r.message and r.status != MISSING
                                       and not r.exercise.endswith(" hidden")):
@@ -343,15 +328,15 @@ def feedback_markdown(student: str, rows: list[Row]) -> str:
             continue
         lines += ["", f"## {chapter}: {num(sum(r.points for r in ex))} / {num(sum(r.max_points for r in ex))}", ""]
         statuses = {r.status for r in mine}
-        for status, advice in STATUS_ADVICE.items():
-            if status in statuses:
-                lines += [f"> **{status}**: {advice}", ""]
+        for status in texts.STATUS:
+            if status in statuses and texts.advice(status):
+                lines += [f"> **{status}**: {texts.advice(status)}", ""]
         for r in ex:
             name = f"Exercise {r.exercise}" if r.exercise[0].isdigit() else r.exercise
             if r.exercise.endswith(" hidden"):
-                name = f"Exercise {r.exercise.split()[0]}, further tests (not published)"
-                text = ("" if r.status == PASSED or r.status in STATUS_ADVICE else
-                        r.message if r.status == OVERRIDDEN else "some of these tests did not pass")
+                name = texts.HIDDEN_NAME.format(exercise=r.exercise.split()[0])
+                text = ("" if r.status == PASSED or texts.advice(r.status) else
+                        r.message if r.status == OVERRIDDEN else texts.HIDDEN_FAILED.message)
             else:
                 # Chapter-wide reasons are said once, above and below the list.
                 text = "" if r.status in (TIMED_OUT, CRASHED, TAMPERED, MISSING) else r.message
@@ -388,7 +373,7 @@ def write_review_list(out: Path, rows: list[Row], sandbox_line: str = "", extra:
     path = out / "needs_review.md"
     flagged: dict[tuple, list[str]] = {}
     for r in rows:
-        stray = r.status == NOTE and not r.chapter and UNMATCHED in r.message
+        stray = r.status == NOTE and not r.chapter and texts.UNMATCHED in r.message
         if r.status in FOR_REVIEW or stray:  # one line for a chapter whose exercises share one reason
             flagged.setdefault((r.student, r.chapter, r.status, r.message), []).append(r.exercise)
     lines = ["# Needs a human look", ""]

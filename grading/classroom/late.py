@@ -4,9 +4,9 @@ The policy (``--late-penalty``, docs/instructors.md, "Late work"): ``FRACTION[:C
 points taken per started day (24 hours) after the due date, at most ``CAP`` (default 1,
 all of them). ``0.1:0.5`` takes 10% one second to 24 hours late, 20% up to 48 hours, and
 never more than 50%. Every graded row of a late submission is scaled by the same factor
-``1 - min(CAP, FRACTION * days)``; the gradebook keeps the grader's rows as they were
-(``.graded.csv``), and a note row says what was taken and why. An instructor's override
-sets the points after the penalty, so it wins.
+``1 - min(CAP, FRACTION * days)`` (:func:`grading.scoring.late_factor`); the gradebook
+keeps the grader's rows as they were (``.graded.csv``), and a note row says what was
+taken and why. An instructor's override sets the points after the penalty, so it wins.
 
 Where the submission time comes from: Gradescope's ``submission_metadata.json``
 (``created_at``, and the due date the student was given: ``users[].assignment.due_date``
@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from grading import scoring
 from grading.outcome import Status
 
 DAY = timedelta(days=1)
@@ -109,9 +110,9 @@ def lateness(submitted: datetime | None, due: datetime, policy: LatePolicy, *, m
         hours = late_by.total_seconds() / 3600
         when = f"submitted {submitted.isoformat(timespec='minutes')}, {hours:.1f} h after the due date " \
                f"{due.isoformat(timespec='minutes')} ({days} started day{'s' * (days > 1)})"
-    taken = min(policy.cap, policy.per_day * days)
-    note = f"late: {when}; {taken:.0%} of the points taken ({policy.text()})"
-    return Lateness(days, round(1.0 - taken, 6), note, submitted.isoformat() if submitted else "", due.isoformat())
+    factor = scoring.late_factor(days, policy.per_day, policy.cap)
+    note = f"late: {when}; {1 - factor:.0%} of the points taken ({policy.text()})"
+    return Lateness(days, factor, note, submitted.isoformat() if submitted else "", due.isoformat())
 
 
 def apply(rows: list, late: Lateness | None) -> list:
@@ -126,7 +127,7 @@ def apply(rows: list, late: Lateness | None) -> list:
     out = []
     for r in rows:
         if r.exercise and r.points > 0:
-            out.append(Row(r.student, r.chapter, r.exercise, round(r.points * late.factor, 6), r.max_points,
+            out.append(Row(r.student, r.chapter, r.exercise, scoring.late_points(r.points, late.factor), r.max_points,
                            r.status, f"{r.message} (late: {r.points:g} x {late.factor:g})".strip()))
         else:
             out.append(r)

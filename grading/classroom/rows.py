@@ -1,4 +1,4 @@
-"""Gradebook rows: how a judge's outcomes become points, a status and a message.
+"""Gradebook rows: a judge's outcomes as points (grading.scoring), a status and a message.
 
 One row per student, chapter and exercise (hidden tests get their own row, ``1.2
 hidden``); rows with an empty exercise are notes about the whole chapter or the
@@ -8,20 +8,18 @@ whole submission (0 of 0 points).
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 from grading.classroom.matching import readable
-from grading.outcome import (MESSAGE_CHARS, Status, TestOutcome, clip, describe_signal,
-                             earned, exercise_status)
+from grading import scoring, texts
+from grading.outcome import MESSAGE_CHARS, Status, TestOutcome, clip, describe_signal, exercise_status
+from grading.wire.records import PlannedTest
 
 FIELDS = ["student", "chapter", "exercise", "points", "max_points", "status", "message"]
 PASSED, FAILED, NOT_ATTEMPTED, ERROR = Status.PASSED, Status.FAILED, Status.NOT_ATTEMPTED, Status.ERROR
 TIMED_OUT, MEMORY, CRASHED, TAMPERED = Status.TIMED_OUT, Status.MEMORY, Status.CRASHED, Status.TAMPERED
 REVIEW, MISSING, SKIPPED, NOTE = Status.REVIEW, Status.MISSING, Status.SKIPPED, Status.NOTE
 OVERRIDDEN = Status.OVERRIDDEN
-# The words of a submission-wide row about a notebook no chapter claimed (listed for review).
-UNMATCHED = "was not matched to a chapter"
 
 
 @dataclass
@@ -99,101 +97,69 @@ def exercise_order(label: str) -> tuple:
 def crash_text(returncode: int | None, signal: int | None = None) -> str:
     """Why a child ended before grading finished, with the likely cause."""
     if signal is not None:
-        return f"the grading process was killed by {describe_signal(signal)}"
-    return (f"the grading process exited with code {returncode} before grading finished "
-            "(os._exit() or sys.exit() where the grader cannot catch it?)")
+        return texts.KILLED_BY.format(signal=describe_signal(signal))
+    return texts.EXITED_EARLY.format(code=returncode)
 
 
 # -- from a plan and outcomes to rows -----------------------------------------------
-def group_plan(tests: list[dict]) -> dict[str, dict[tuple[str, str], dict]]:
-    """exercise label -> (test file, function) -> {"points", "nodeids", "skip"}."""
-    groups: dict[str, dict] = defaultdict(dict)
-    for t in tests:
-        label = (t.get("exercise") or "other") + (" hidden" if t.get("hidden") else "")
-        fn = groups[label].setdefault((t["path"], t["function"]),
-                                      {"points": t["points"], "core": bool(t.get("core")), "nodeids": [], "skip": []})
-        fn["nodeids"].append(t["nodeid"])
-        fn["skip"].append(bool(t.get("skip")))
-    return dict(sorted(groups.items(), key=lambda kv: exercise_order(kv[0])))
+def by_exercise(tests: list[PlannedTest]) -> list[tuple[str, list[scoring.TestFunction]]]:
+    """The plan's test functions by exercise label, in exercise order (grading.scoring.group_plan)."""
+    return sorted(scoring.group_plan(tests).items(), key=lambda kv: exercise_order(kv[0]))
 
 
-def max_points(functions: dict) -> float:
-    return sum(f["points"] for f in functions.values() if not all(f["skip"]))
-
-
-def core_points(functions: dict) -> float:
-    """The part of :func:`max_points` that the exercise's core tests carry, all or nothing."""
-    return sum(f["points"] for f in functions.values() if f.get("core") and not all(f["skip"]))
-
-
-def zero_rows(student: str, chapter: str, tests: list[dict], status: str, message: str) -> list[Row]:
+def zero_rows(student: str, chapter: str, tests: list[PlannedTest], status: str, message: str) -> list[Row]:
     """Every exercise of a chapter at zero with one status: missing, timed out, crashed..."""
-    groups = group_plan(tests)
+    groups = by_exercise(tests)
     if not groups:
         return [Row(student, chapter, "", 0, 0, status, message)]
-    return [Row(student, chapter, label, 0, max_points(fns), status, message) for label, fns in groups.items()]
+    return [Row(student, chapter, label, 0, scoring.max_points(fns), status, message) for label, fns in groups]
 
 
-def graded_rows(student: str, chapter: str, tests: list[dict], outcomes: dict[str, TestOutcome],
+def graded_rows(student: str, chapter: str, tests: list[PlannedTest], outcomes: dict[str, TestOutcome],
                 review: dict[str, str] | None = None, memory_note: str = "",
                 diagnoses: dict[str, str] | None = None) -> list[Row]:
-    """Rows from the outcomes of a chapter that ran to the end. A test function is
-    worth its points; its parametrized cases share them (partial credit). A failed
-    exercise's message starts with its diagnosis, when the catalogue names the mistake."""
-    review, diagnoses = review or {}, diagnoses or {}
+    """Rows from the outcomes of a chapter that ran to the end, scored by
+    :func:`grading.scoring.score_exercise`. A failed exercise's message starts with its
+    diagnosis, when the catalogue names the mistake."""
     rows = []
-    for label, functions in group_plan(tests).items():
-        points = possible = 0.0
-        failures: list[dict] = []
-        failed_names: list[str] = []
-        passed_any = False
-        for (_, function), fn in functions.items():
-            graded = passed = 0
-            for nodeid in fn["nodeids"]:
-                o = outcomes.get(nodeid) or TestOutcome(nodeid, "failed", message="this test did not run")
-                if o.outcome == "skipped":
-                    continue
-                graded += 1
-                if o.passed:
-                    passed += 1
-                else:
-                    failures.append(o)
-                    if function not in failed_names:
-                        failed_names.append(function)
-            if graded:
-                points += earned(fn["points"], passed, graded, fn.get("core", False))
-                possible += fn["points"]
-                passed_any = passed_any or passed > 0
-        hidden = label.endswith(" hidden")
-        exercise = label.split()[0]
-        if possible == 0:
-            rows.append(Row(student, chapter, label, 0, 0, SKIPPED, "every test was skipped here (needs a GPU?)"))
-            continue
-        if not failures:
-            rows.append(Row(student, chapter, label, points, possible, PASSED, ""))
-            continue
-        if hidden:
-            # Names only: the source and the assertion of a hidden test stay private.
-            message = "failed hidden tests: " + ", ".join(failed_names)
+    for label, functions in by_exercise(tests):
+        score = scoring.score_exercise(functions, outcomes)
+        if score.possible == 0:
+            rows.append(Row(student, chapter, label, 0, 0, SKIPPED, texts.ALL_SKIPPED.message))
+        elif not score.failures:
+            rows.append(Row(student, chapter, label, score.points, score.possible, PASSED, ""))
         else:
-            # The one-line summary the grading process made from the exception (the plugin's,
-            # or the child's for a fixture or a hidden test); only a test that never reported
-            # (it did not run) has no summary, and then the message is the grader's own words.
-            first = failures[0]
-            message = first.summary or re.sub(rf"^Exercise {re.escape(exercise)}:? ", "", one_line(first.message))
-        # Each failing test's status was decided in the judge from its exception; the
-        # exercise's, from theirs, in one place (grading.outcome.exercise_status).
-        status = exercise_status(failures, passed_any, memory=bool(memory_note), review=exercise in review)
-        if status == MEMORY and memory_note:
-            message = f"{memory_note}; {message}"
-        elif status == REVIEW:
-            message = f"{review[exercise]}; {message}"
-        if len(failures) > 1 and not hidden and status != NOT_ATTEMPTED:
-            message += f" (and {len(failures) - 1} more failing case{'s' if len(failures) > 2 else ''})"
-        if status == FAILED and not hidden and diagnoses.get(exercise):
-            message = f"{diagnoses[exercise]} First failure: {message}"
-        rows.append(Row(student, chapter, label, points, possible, status, message))
+            status, message = failure_text(label, score, review or {}, memory_note, diagnoses or {})
+            rows.append(Row(student, chapter, label, score.points, score.possible, status, message))
     return rows
+
+
+def failure_text(label: str, score: scoring.ExerciseScore, review: dict[str, str], memory_note: str,
+                 diagnoses: dict[str, str]) -> tuple[str, str]:
+    """A failed exercise's status and message: its first failure's summary (a hidden
+    exercise's failed test names only), after the reason it needs review or ran out of
+    memory, the diagnosis first where the catalogue names the mistake."""
+    hidden, exercise, failures = label.endswith(" hidden"), label.split()[0], score.failures
+    if hidden:
+        # Names only: the source and the assertion of a hidden test stay private.
+        message = "failed hidden tests: " + ", ".join(score.failed_functions)
+    else:
+        # The one-line summary the judge made from the exception; only a test that never
+        # reported (it did not run) has none, and then the message is the grader's own words.
+        first = failures[0]
+        message = first.summary or re.sub(rf"^Exercise {re.escape(exercise)}:? ", "", one_line(first.message))
+    # Each failing test's status was decided in the judge from its exception; the
+    # exercise's, from theirs, in one place (grading.outcome.exercise_status).
+    status = exercise_status(failures, score.passed_any, memory=bool(memory_note), review=exercise in review)
+    if status == MEMORY and memory_note:
+        message = f"{memory_note}; {message}"
+    elif status == REVIEW:
+        message = f"{review[exercise]}; {message}"
+    if len(failures) > 1 and not hidden and status != NOT_ATTEMPTED:
+        message += f" (and {len(failures) - 1} more failing case{'s' if len(failures) > 2 else ''})"
+    if status == FAILED and not hidden and diagnoses.get(exercise):
+        message = f"{diagnoses[exercise]} First failure: {message}"
+    return status, message
 
 
 # -- grades known and not ------------------------------------------------------------------

@@ -7,12 +7,17 @@ stdin, runs pytest on the chapter's graders (and the hidden tests) with ``--note
 sandboxed contestant answers (:mod:`grading.judge`), and writes what happened, one JSON
 object per line, to file descriptor N (a pipe the parent made; no path leads to it):
 
-    {"kind": "plan", "tests": [...]}      every test: exercise, points, hidden or not
-    {"kind": "test", ...}                 one per test, as soon as it has run
-    {"kind": "load", "problems": [...]}   what the loader noticed in the notebook's cells
-    {"kind": "diagnosis", "diagnoses": [...]}  known mistakes behind failures (grading.diagnosis)
-    {"kind": "tamper", "violations": [...]}
-    {"kind": "exit", ...}                 the last line: grading.wire.ExitRecord, how it ended
+    plan           every test: exercise, points, hidden or not   (grading.wire.records.Plan)
+    collect_error  a test file that did not import               (CollectError)
+    setup          seconds spent loading a model                 (SetupRecord)
+    test           one per test, as soon as it has run           (grading.outcome.TestOutcome)
+    load           what the loader noticed in the notebook       (LoadSummary)
+    diagnosis      known mistakes behind failures                (Diagnoses)
+    tamper         what voids the chapter                        (Tamper)
+    exit           the last line: how it ended                   (ExitRecord)
+
+each as ``{"kind": ..., **record.to_json()}`` (grading.wire.records.line); its parent reads
+them back strictly into one grading.wire.report.JudgeReport.
 
 A judge that dies leaves the lines it wrote and no exit record; its parent
 (grading.proc.judges) writes that record for it, from how the process ended.
@@ -70,25 +75,26 @@ class Collector:
             return f"hidden/{Path(file).name}{sep}{rest}"
         return nodeid
 
-    def emit(self, obj: dict):
-        self.out.write(json.dumps(obj, sort_keys=True) + "\n")
+    def emit(self, record):
+        """One record of grading.wire.records (or a TestOutcome), as one line."""
+        self.out.write(json.dumps(wire.records.line(record), sort_keys=True) + "\n")
         self.out.flush()
 
     def _hidden(self, path) -> bool:
         return any(str(Path(str(path)).resolve()).startswith(d + os.sep) for d in self.hidden_dirs)
 
-    def _test(self, item) -> dict:
+    def _test(self, item) -> wire.records.PlannedTest:
         function = item.originalname if hasattr(item, "originalname") else item.name.split("[")[0]
         points = item.get_closest_marker("points")
         hidden = self._hidden(item.path)
         path = f"hidden/{Path(str(item.path)).name}" if hidden else str(Path(str(item.path)).resolve())
-        return {"nodeid": self.stable(item.nodeid), "path": path, "function": function,
-                "exercise": exercise_of(item), "points": points.args[0] if points else 1,
-                "core": item.get_closest_marker("core") is not None, "hidden": hidden, "skip": _skipped_here(item)}
+        return wire.records.PlannedTest(self.stable(item.nodeid), path, function, exercise_of(item),
+                                        points.args[0] if points else 1, item.get_closest_marker("core") is not None,
+                                        hidden, _skipped_here(item))
 
     def pytest_collection_finish(self, session):
-        self.emit({"kind": "plan", "tests": [self._test(i) for i in session.items],
-                   "errors": [str(r.longrepr)[:2000] for r in getattr(session, "_collect_errors", [])]})
+        self.emit(wire.records.Plan(tuple(self._test(i) for i in session.items),
+                                    tuple(str(r.longrepr)[:2000] for r in getattr(session, "_collect_errors", []))))
         if session.config.getoption("collectonly"):
             return
         for folder in self.hidden_dirs:
@@ -102,12 +108,12 @@ class Collector:
 
         seconds = seconds_spent(session.config)
         if seconds > 0:
-            self.emit({"kind": "setup", **wire.SetupRecord("model", round(seconds, 3)).to_json()})
+            self.emit(wire.SetupRecord("model", round(seconds, 3)))
 
     def pytest_collectreport(self, report):
         if report.failed:
-            self.emit({"kind": "collect_error", "message": str(report.longrepr)[-4000:],
-                       "summary": self.collect_summaries.pop(report.nodeid, "")})
+            self.emit(wire.records.CollectError(str(report.longrepr)[-4000:],
+                                                self.collect_summaries.pop(report.nodeid, "")[:4000]))
 
     def pytest_exception_interact(self, node, call, report):
         """A collection error's exception, summarised while it is at hand (the collect
@@ -153,7 +159,7 @@ class Collector:
             outcome = TestOutcome(nodeid, entry["outcome"], status=entry.get("status", ""),
                                   summary=entry.get("summary") or "", message=entry.get("message", ""),
                                   exc_type=entry.get("exc_type", ""), when=entry.get("when", ""))
-            self.emit({"kind": "test", **outcome.to_json()})
+            self.emit(outcome)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session):
@@ -173,20 +179,20 @@ class Collector:
             main = [v for (_, stem), v in state.cache.items() if stem == self.chapter] or list(state.cache.values())[:1]
             for loaded in main:
                 if isinstance(loaded, RemoteNotebook):
-                    problems += [wire.CellProblem.of(p.cell, p.kind, p.message, p.memory).to_json()
-                                 for p in loaded.problems]
+                    problems += [wire.CellProblem.of(p.cell, p.kind, p.message, p.memory) for p in loaded.problems]
                     borrowed += loaded.report.borrowed + tamper.library_answers(loaded.text)
                     output_chars = max(output_chars, loaded.report.output_chars)
                 elif isinstance(loaded, Unloadable):
-                    problems.append(wire.CellProblem.of(-1, "unreadable", loaded.message).to_json())
+                    problems.append(wire.CellProblem.of(-1, "unreadable", loaded.message))
             state.close()
-        self.emit({"kind": "load", "problems": problems, "output_chars": output_chars})
+        self.emit(wire.records.LoadSummary(tuple(problems), output_chars))
         if state is not None:
-            self.emit({"kind": "diagnosis", "diagnoses": [d.as_dict() for d in state.diagnoses()]})
+            self.emit(wire.records.Diagnoses(tuple(wire.records.Found(d.exercise, d.bug, d.hint, d.section, d.message())
+                                                   for d in state.diagnoses())))
         # The judge runs no submission code, so nothing in this process can be tampered with;
         # what is left to report is what the load saw (a graded function that calls a
         # library's implementation of itself, grading.notebook.review.borrowed_names and library_answers).
-        self.emit({"kind": "tamper", "violations": borrowed})
+        self.emit(wire.records.Tamper(tuple(v[:4000] for v in borrowed)))
 
 
 
@@ -223,7 +229,7 @@ def limit_memory(spec: dict) -> None:
     one). The judge runs no notebook code, so nothing here raises it again. An answer that
     does not fit is a MemoryError in the decoder, which grading.judge turns into the
     test's "memory limit" status; one elsewhere ends this process, and the batch grader
-    writes the chapter's rows from what it reported (grading.batch.rows_from)."""
+    writes the chapter's rows from what it reported (grading.classroom.grade.Grader.rows_from)."""
     import resource
 
     mb = int(spec.get("judge_memory_mb", 0) or 0)
@@ -278,9 +284,9 @@ def main(argv: list[str]) -> int:
 
         if not out_of_memory(exc):
             raise
-        collector.emit({"kind": "exit", **wire.ExitRecord("memory", **peak_rss_kb()).to_json()})
+        collector.emit(wire.ExitRecord("memory", **peak_rss_kb()))
         return 3
-    collector.emit({"kind": "exit", **wire.ExitRecord("finished", pytest_exit=int(code), **peak_rss_kb()).to_json()})
+    collector.emit(wire.ExitRecord("finished", pytest_exit=int(code), **peak_rss_kb()))
     out.close()
     sys.stdout.flush()
     return 0

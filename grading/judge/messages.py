@@ -2,14 +2,14 @@
 
 pytest's traceback is for the grader's authors. A student reads the first line of the
 check that failed, where in their notebook it was raised, the cell that did not run, or
-the exercise their answer depends on, graded first.
+the exercise their answer depends on, graded first; in the words of :mod:`grading.texts`.
 """
 
 from __future__ import annotations
 
 import traceback
 
-
+from grading import texts
 from grading.judge.variant import Variant, chapter_stem
 from grading.layout import EXERCISE_ID, exercise_of
 from grading.compare import GradingFailure
@@ -69,10 +69,10 @@ def load_error_message(label: str, error: CellDidNotRun, first: bool) -> str:
     """One paragraph for the first test of an exercise that a broken cell stops, one line
     for every later one: a typo is reported once, not once per test, and without internals."""
     if not first:
-        return f"{label}: not graded: cell {', '.join(map(str, error.cells))} did not run (reported above)"
-    lines = [f"{label}: not graded: `{error.name}` is not defined because a cell of {error.notebook} did not run"]
+        return texts.CELL_REPORTED.format(label=label, cells=", ".join(map(str, error.cells)))
+    lines = [texts.CELL_DID_NOT_RUN.format(label=label, name=error.name, notebook=error.notebook)]
     lines += [f"  cell {p.cell}: {p.message}" for p in error.problems]
-    lines.append("  Fix that cell (run it in Jupyter to see the error), then grade again.")
+    lines.append(f"  {texts.CELL_DID_NOT_RUN.help}")
     return "\n".join(lines)
 
 
@@ -90,7 +90,7 @@ def student_message(item, excinfo) -> str:
         return load_error_message(label, load_error, first)
     if isinstance(exc, NotImplementedError):
         m = EXERCISE_ID.search(str(exc))
-        return f"{'Exercise ' + m.group(1) if m else label} not implemented yet ({exc})"
+        return texts.NOT_IMPLEMENTED.format(label=f"Exercise {m.group(1)}" if m else label, error=exc)
     label = dependency_first(item, exercise) + label
     if isinstance(exc, GradingFailure):
         return f"{label}: {exc}"

@@ -31,6 +31,7 @@ from pathlib import Path
 from grading.proc import sandbox
 from grading.proc.env import child_env
 from grading.wire import ExitRecord, SetupRecord, WireError
+from grading.wire.report import JudgeReport, read_report
 
 
 _live: set[int] = set()  # process groups of the children running now (killed on Ctrl-C)
@@ -59,6 +60,10 @@ SETUP_ALLOWANCE_S = 300.0
 
 @dataclass
 class ChildResult:
+    """A judge's process as its parent saw it: the JSON lines it wrote (read as they come,
+    so that its setup records move its time limit), how it ended, what it printed. Front
+    doors read :attr:`report`, the lines typed, and never a line itself."""
+
     lines: list[dict] = field(default_factory=list)
     returncode: int | None = None
     timed_out: bool = False
@@ -68,6 +73,14 @@ class ChildResult:
 
     def of(self, kind: str) -> list[dict]:
         return [line for line in self.lines if line.get("kind") == kind]
+
+    @property
+    def report(self) -> JudgeReport:
+        """Every line, read strictly into one typed report (grading.wire.report), with what
+        only this parent knows: how the process ended, its time limit, its output."""
+        report = read_report(self.lines, self.crashed())
+        report.timed_out, report.output, report.output_bytes = self.timed_out, self.output, self.output_bytes
+        return report
 
     @property
     def exit(self) -> ExitRecord:
@@ -80,6 +93,10 @@ class ChildResult:
                 return ExitRecord.from_json({k: v for k, v in records[0].items() if k != "kind"})
             except WireError:
                 pass
+        return self.crashed()
+
+    def crashed(self) -> ExitRecord:
+        """The exit record of a judge that wrote none: ``crashed``, with how its process ended."""
         code = self.returncode
         signal_number = -code if code is not None and code < 0 else (
             code - SIGNAL_EXIT_BASE if code is not None and code > SIGNAL_EXIT_BASE and self.sandboxed else None)

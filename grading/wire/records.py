@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import builtins
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import ClassVar
 
 from grading.wire.frames import MESSAGE_TEXT_CAP, WireError
 
@@ -164,6 +165,11 @@ class LoadReport:
         return cls(problems, placeholders, data["output_chars"], borrowed[:100])
 
 
+def _names(cls) -> set[str]:
+    """The fields of a record's dataclass (its ``KIND``, a class variable, is none of them)."""
+    return {f.name for f in fields(cls)}
+
+
 EXIT_STATUSES = ("finished", "memory", "crashed")
 
 
@@ -176,6 +182,7 @@ class ExitRecord:
     or ``signal`` when a signal ended it), which only its parent can say. The peaks are the
     judge's own (``max_rss_kb``, ``data_kb``) and its children's (``children_max_rss_kb``)."""
 
+    KIND: ClassVar[str] = "exit"
     status: str
     pytest_exit: int | None = None
     returncode: int | None = None
@@ -190,7 +197,7 @@ class ExitRecord:
     @classmethod
     def from_json(cls, data) -> "ExitRecord":
         """Strict: a known status and counts (or nulls) in every other field."""
-        if not (isinstance(data, dict) and set(data) == set(cls.__dataclass_fields__)
+        if not (isinstance(data, dict) and set(data) == _names(cls)
                 and data["status"] in EXIT_STATUSES
                 and all(data[k] is None or type(data[k]) is int for k in data if k != "status")):
             raise WireError("an exit record without its fields")
@@ -206,6 +213,7 @@ class SetupRecord:
     ``model``, loading the model the selected tests run (grading.judge.preload), which took
     ``seconds``. The parent (grading.proc.judges) adds them to the chapter's time limit."""
 
+    KIND: ClassVar[str] = "setup"
     what: str
     seconds: float
 
@@ -215,8 +223,187 @@ class SetupRecord:
     @classmethod
     def from_json(cls, data) -> "SetupRecord":
         """Strict: a known kind of setup and a finite, non-negative number of seconds."""
-        if not (isinstance(data, dict) and set(data) == set(cls.__dataclass_fields__)
+        if not (isinstance(data, dict) and set(data) == _names(cls)
                 and data["what"] in SETUP_KINDS and type(data["seconds"]) in (int, float)
                 and 0 <= data["seconds"] < float("inf")):
             raise WireError("a setup record without its fields")
         return cls(data["what"], float(data["seconds"]))
+
+
+# -- what a judge reports to its front door, one record per line -------------------------------
+# Each line the judge writes (grading.judge.main) is ``{"kind": KIND, **record.to_json()}``;
+# grading.wire.report reads them back, strictly, into one JudgeReport.
+def _exact(data, cls, what: str) -> dict:
+    """``data`` as a dict with exactly the fields of ``cls``, or a WireError naming ``what``."""
+    if not (isinstance(data, dict) and set(data) == _names(cls)):
+        raise WireError(f"{what} without exactly its fields")
+    return data
+
+
+def _text(value, cap: int, what: str) -> str:
+    if not (isinstance(value, str) and len(value) <= cap):
+        raise WireError(f"{what} that is not a text of at most {cap} characters")
+    return value
+
+
+def _texts(value, count: int, cap: int, what: str) -> list[str]:
+    if not (isinstance(value, list) and len(value) <= count):
+        raise WireError(f"{what} that are not a list of at most {count}")
+    return [_text(v, cap, what) for v in value]
+
+
+def _number(value) -> bool:
+    return type(value) in (int, float) and value == value and abs(value) < float("inf")
+
+
+@dataclass(frozen=True)
+class PlannedTest:
+    """One test the judge collected: its id, file (``hidden/NAME.py`` for a hidden test)
+    and function, the exercise it grades (None: no exercise marker), its points, whether it
+    is a core test (all or nothing), hidden, or skipped in this environment."""
+
+    nodeid: str
+    path: str
+    function: str
+    exercise: str | None
+    points: float
+    core: bool
+    hidden: bool
+    skip: bool
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data) -> "PlannedTest":
+        """Strict: every field of its type. Raises WireError."""
+        d = _exact(data, cls, "a planned test")
+        if not (all(isinstance(d[k], str) and len(d[k]) < 4000 for k in ("nodeid", "path", "function"))
+                and (d["exercise"] is None or isinstance(d["exercise"], str) and len(d["exercise"]) < 40)
+                and _number(d["points"]) and type(d["points"]) is not bool and d["points"] >= 0
+                and all(type(d[k]) is bool for k in ("core", "hidden", "skip"))):
+            raise WireError("a planned test whose fields are not of their types")
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every test the judge collected, in order, and the collection's errors (pytest's text)."""
+
+    KIND: ClassVar[str] = "plan"
+    tests: tuple[PlannedTest, ...] = ()
+    errors: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"tests": [t.to_json() for t in self.tests], "errors": list(self.errors)}
+
+    @classmethod
+    def from_json(cls, data) -> "Plan":
+        d = _exact(data, cls, "a plan")
+        if not (isinstance(d["tests"], list) and len(d["tests"]) <= 100_000):
+            raise WireError("a plan whose tests are not a list")
+        return cls(tuple(map(PlannedTest.from_json, d["tests"])), tuple(_texts(d["errors"], 1000, 4000, "plan errors")))
+
+
+@dataclass(frozen=True)
+class CollectError:
+    """A test file that could not be collected: pytest's text (its last 4000 characters) and
+    the exception summarised (grading.outcome.summary; "" when none was at hand)."""
+
+    KIND: ClassVar[str] = "collect_error"
+    message: str
+    summary: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data) -> "CollectError":
+        d = _exact(data, cls, "a collection error")
+        return cls(_text(d["message"], 4000, "a collection error's message"),
+                   _text(d["summary"], 4000, "a collection error's summary"))
+
+
+@dataclass(frozen=True)
+class LoadSummary:
+    """What loading the graded notebook found, as the judge saw it: each cell's problem
+    (:class:`CellProblem`; cell -1 for a notebook that could not be read) and how many
+    characters it printed."""
+
+    KIND: ClassVar[str] = "load"
+    problems: tuple[CellProblem, ...] = ()
+    output_chars: int = 0
+
+    def to_json(self) -> dict:
+        return {"problems": [p.to_json() for p in self.problems], "output_chars": self.output_chars}
+
+    @classmethod
+    def from_json(cls, data) -> "LoadSummary":
+        d = _exact(data, cls, "a load summary")
+        if not (isinstance(d["problems"], list) and len(d["problems"]) < 10_000 and type(d["output_chars"]) is int):
+            raise WireError("a load summary whose fields are not of their types")
+        return cls(tuple(map(CellProblem.from_json, d["problems"])), d["output_chars"])
+
+    def of(self, kind: str) -> list[CellProblem]:
+        """The problems of one kind ("error", "skipped", "unreadable", ...)."""
+        return [p for p in self.problems if p.kind == kind]
+
+
+@dataclass(frozen=True)
+class Found:
+    """A known mistake behind an exercise's failures (grading.diagnosis.Diagnosis): the
+    catalogue bug or kind, its hint and section, and the sentence a student reads."""
+
+    exercise: str
+    bug: str
+    hint: str
+    section: str
+    message: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data) -> "Found":
+        d = _exact(data, cls, "a diagnosis")
+        return cls(**{k: _text(d[k], 4000, "a diagnosis's field") for k in _names(cls)})
+
+
+@dataclass(frozen=True)
+class Diagnoses:
+    """The known mistakes the judge found (advice only: no points depend on them)."""
+
+    KIND: ClassVar[str] = "diagnosis"
+    diagnoses: tuple[Found, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"diagnoses": [d.to_json() for d in self.diagnoses]}
+
+    @classmethod
+    def from_json(cls, data) -> "Diagnoses":
+        d = _exact(data, cls, "the diagnoses")
+        if not (isinstance(d["diagnoses"], list) and len(d["diagnoses"]) <= 1000):
+            raise WireError("diagnoses that are not a list")
+        return cls(tuple(map(Found.from_json, d["diagnoses"])))
+
+
+@dataclass(frozen=True)
+class Tamper:
+    """What the load saw that voids a chapter: a graded function that calls a library's
+    implementation of itself (grading.notebook.review)."""
+
+    KIND: ClassVar[str] = "tamper"
+    violations: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"violations": list(self.violations)}
+
+    @classmethod
+    def from_json(cls, data) -> "Tamper":
+        d = _exact(data, cls, "a tamper record")
+        return cls(tuple(_texts(d["violations"], 1000, 4000, "tamper violations")))
+
+
+def line(record) -> dict:
+    """One line of a judge's report: the record's fields and its ``kind``."""
+    return {"kind": type(record).KIND, **record.to_json()}

@@ -22,6 +22,7 @@ from grading.classroom.rows import Row, graded_rows, one_line
 from grading.classroom.grade import structure_review
 from grading.classroom.matching import Chapter, match_folder, match_name, normalize
 from grading.outcome import TestOutcome
+from grading.wire.records import PlannedTest
 
 ROOT = Path(__file__).resolve().parents[2]
 STEM = "01_kv_memory"
@@ -350,15 +351,14 @@ def test_structure_review_names_deleted_duplicated_moved():
 def test_core_tests_are_all_or_nothing_the_others_share_by_case():
     """The partial-credit policy of docs/instructors.md, on a plan of one exercise: a 2-point core test
     with 3 cases and a 1-point bad-input test with 2 cases."""
-    tests = [{"nodeid": f"t::{fn}[{i}]", "path": "t.py", "function": fn, "exercise": "1.3",
-              "points": points, "core": core, "hidden": False, "skip": False}
+    tests = [PlannedTest(f"t::{fn}[{i}]", "t.py", fn, "1.3", points, core, False, False)
              for fn, points, core, n in [("test_convert", 2, True, 3), ("test_rejects", 1, False, 2)]
              for i in range(n)]
 
     def points(failing):
-        outcomes = {t["nodeid"]: TestOutcome(t["nodeid"], "failed" if t["nodeid"] in failing else "passed",
-                                             status="failed" if t["nodeid"] in failing else "", message="wrong",
-                                             exc_type="GradingFailure") for t in tests}
+        outcomes = {t.nodeid: TestOutcome(t.nodeid, "failed" if t.nodeid in failing else "passed",
+                                          status="failed" if t.nodeid in failing else "", message="wrong",
+                                          exc_type="GradingFailure") for t in tests}
         return graded_rows("s", "01_kv_memory", tests, outcomes)[0].points
 
     assert points(set()) == 3

@@ -35,6 +35,7 @@ import nbformat
 import pytest
 
 from grading import gradescope
+from grading.classroom.results import FAILURE_TEST
 from grading.notebook.catalogue import load_catalogue
 from grading.layout import EXERCISES, SOLUTIONS, TESTS
 from grading.pins import grader_requirements
@@ -262,7 +263,7 @@ def _assert_instructor_is_shown(results: dict, cause: str) -> None:
     """The failure is where an instructor reads it and a student does not (a test with
     visibility "hidden"), and the student is told exactly that, not "your instructor has
     been told": Gradescope alerts no one."""
-    (failure,) = [t for t in results["tests"] if t["name"] == gradescope.FAILURE_TEST]
+    (failure,) = [t for t in results["tests"] if t["name"] == FAILURE_TEST]
     assert failure["visibility"] == "hidden" and failure["max_score"] == 0 and failure["status"] == "failed"
     assert cause in failure["output"] and "regrade" in failure["output"], failure
     assert "has been told" not in json.dumps(results)

@@ -71,24 +71,25 @@ POINTS_ROW = re.compile(r"^\| `(test_\w+)` \| (core|other) \| (\d+) \| (\d+) of 
 POINTS_TOTAL = re.compile(r"^\| \*\*Exercise (\d+)\.(\d+)\*\* \| \| \*\*(\d+)\*\* \| \| \*\*([\d.]+)\*\* \|$", re.M)
 
 
-def _collected(chapter) -> list[dict]:
-    """The chapter's tests as the batch grader plans them (one collect-only grading child)."""
+def _collected(chapter) -> list:
+    """The chapter's tests as the batch grader plans them (one collect-only judge's plan)."""
     from grading.proc.judges import run_child
 
-    result = run_child({"test_files": [str(chapter.test_file)], "hidden_files": [], "collect_only": True},
-                       timeout=300, memory_mb=0, threads=1)
-    assert result.of("plan") and not result.of("collect_error"), result.output[-3000:]
-    return result.of("plan")[0]["tests"]
+    report = run_child({"test_files": [str(chapter.test_file)], "hidden_files": [], "collect_only": True},
+                       timeout=300, memory_mb=0, threads=1).report
+    assert report.plan is not None and not report.collect_errors, report.output[-3000:]
+    return list(report.plan.tests)
 
 
 def test_the_readme_points_example_is_what_the_grader_gives():
     """The student README's worked example of points is the scorer's: the exercise's tests,
     their kinds (core or not), points and numbers of cases are its graders' own, and the
     points each earns, the exercise's total and the one decimal a run prints are what
-    grading.outcome.earned and the gradebook's rows give when that many cases pass. The
+    grading.scoring.earned and the gradebook's rows give when that many cases pass. The
     book's page on grading tells the same example."""
-    from grading.classroom.rows import graded_rows, group_plan
-    from grading.outcome import Status, TestOutcome, earned
+    from grading.classroom.rows import graded_rows
+    from grading.outcome import Status, TestOutcome
+    from grading.scoring import earned, group_plan
 
     text = release.STUDENT_README.read_text(encoding="utf-8")
     rows, total = POINTS_ROW.findall(text), POINTS_TOTAL.search(text)
@@ -96,14 +97,14 @@ def test_the_readme_points_example_is_what_the_grader_gives():
     major, minor, possible, total_earned = total.groups()
     chapter = next(c for c in discover_chapters() if c.stem.startswith(f"{int(major):02d}_"))
     tests = _collected(chapter)
-    functions = {name: fn for (_, name), fn in group_plan(tests)[f"{major}.{minor}"].items()}
+    functions = {fn.name: fn for fn in group_plan(tests)[f"{major}.{minor}"]}
     assert sorted(functions) == sorted(row[0] for row in rows), "the example lists other tests than the exercise's"
     outcomes = {}
     for name, kind, points, passed, cases, got in rows:
         fn = functions[name]
-        assert (fn["core"], fn["points"], len(fn["nodeids"])) == (kind == "core", int(points), int(cases)), name
-        assert round(earned(fn["points"], int(passed), int(cases), fn["core"]), 3) == float(got), name
-        for n, nodeid in enumerate(fn["nodeids"]):
+        assert (fn.core, fn.points, len(fn.nodeids)) == (kind == "core", int(points), int(cases)), name
+        assert round(earned(fn.points, int(passed), int(cases), fn.core), 3) == float(got), name
+        for n, nodeid in enumerate(fn.nodeids):
             outcomes[nodeid] = (TestOutcome(nodeid, "passed") if n < int(passed)
                                 else TestOutcome(nodeid, "failed", status=Status.FAILED.value))
     [row] = [r for r in graded_rows("student", chapter.stem, tests, outcomes) if r.exercise == f"{major}.{minor}"]
