@@ -207,6 +207,11 @@ def test_chinese_emphasis_is_not_slanted(browser, server):  # noqa: F811
         return [...document.querySelectorAll('.bd-article p em')].map(e => getComputedStyle(e).fontStyle);""")
     assert styles, "no emphasis on the page to check"
     assert set(styles) == {"normal"}, f"emphasis in the Chinese edition is set as {set(styles)}"
+    dots = browser.execute_script("""
+        return [...document.querySelectorAll('.bd-article a[href*="references.html#"] em')]
+            .map(e => getComputedStyle(e).textEmphasisStyle || getComputedStyle(e).webkitTextEmphasisStyle);""")
+    assert dots, "no citation with et al. on the page to check"
+    assert set(dots) == {"none"}, f"a citation's et al. is set with emphasis dots: {set(dots)}"
 
 
 def _search_terms() -> dict:
