@@ -287,8 +287,32 @@ def bounds_checked():
     builder = interp.interpreter_builder
     original_cvt = interp._implicit_cvt
     original_init = interp.GridExecutor._init_args_hst
-    load, store = builder.create_masked_load, builder.create_masked_store
-    rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
+    operations = _checked_operations(checker, builder)
+    saved = {name: builder.__dict__[name] for name in operations if name in builder.__dict__}
+    _ACTIVE.append(checker)
+    interp._implicit_cvt, interp.GridExecutor._init_args_hst = _checked_arguments(checker, original_cvt, original_init)
+    builder.__dict__.update(operations)
+    try:
+        yield checker
+    except BaseException:
+        if checker.first is None:
+            raise
+        raise OutOfBoundsAccess(checker.first) from None  # unwrap the interpreter's InterpreterError
+    finally:
+        interp._implicit_cvt = original_cvt
+        interp.GridExecutor._init_args_hst = original_init
+        for name in operations:  # back to the class's methods (or to what was there before)
+            builder.__dict__.pop(name)
+        builder.__dict__.update(saved)
+        _ACTIVE.pop()
+    if checker.first is not None:  # the student's code caught it; the access happened all the same
+        raise OutOfBoundsAccess(checker.first)
+
+
+def _checked_arguments(checker: _Checker, original_cvt, original_init) -> tuple:
+    """The interpreter's ``_implicit_cvt`` and ``GridExecutor._init_args_hst``, wrapped so
+    that ``checker`` learns every tensor a launch is given, and every pointer argument
+    points into the checker's fake address space."""
 
     def init_args_hst(executor, args_dev, kwargs):
         args_hst, kwargs_hst = original_init(executor, args_dev, kwargs)
@@ -301,6 +325,16 @@ def bounds_checked():
         if fake is not None:  # a fresh one-element array made for this argument
             converted.handle.data[0] = fake
         return converted
+
+    return implicit_cvt, init_args_hst
+
+
+def _checked_operations(checker: _Checker, builder) -> dict:
+    """The interpreter builder's four memory operations (masked load and store, atomic
+    read-modify-write and compare-and-swap), each translating its pointers through
+    ``checker`` first, which raises on an access out of bounds. By attribute name."""
+    load, store = builder.create_masked_load, builder.create_masked_store
+    rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
 
     def masked_load(ptrs, mask, other, *rest, **kwargs):
         return load(checker.translate("load from", ptrs, mask), mask, other, *rest, **kwargs)
@@ -316,25 +350,5 @@ def bounds_checked():
     def atomic_cas(ptr, cmp, val, *rest, **kwargs):
         return cas(checker.translate("atomic on", ptr, None), cmp, val, *rest, **kwargs)
 
-    patched = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
-    saved = {name: builder.__dict__[name] for name in patched if name in builder.__dict__}
-    _ACTIVE.append(checker)
-    interp._implicit_cvt = implicit_cvt
-    interp.GridExecutor._init_args_hst = init_args_hst
-    builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
-    builder.create_atomic_rmw, builder.create_atomic_cas = atomic_rmw, atomic_cas
-    try:
-        yield checker
-    except BaseException:
-        if checker.first is None:
-            raise
-        raise OutOfBoundsAccess(checker.first) from None  # unwrap the interpreter's InterpreterError
-    finally:
-        interp._implicit_cvt = original_cvt
-        interp.GridExecutor._init_args_hst = original_init
-        for name in patched:  # back to the class's methods (or to what was there before)
-            builder.__dict__.pop(name)
-        builder.__dict__.update(saved)
-        _ACTIVE.pop()
-    if checker.first is not None:  # the student's code caught it; the access happened all the same
-        raise OutOfBoundsAccess(checker.first)
+    return {"create_masked_load": masked_load, "create_masked_store": masked_store,
+            "create_atomic_rmw": atomic_rmw, "create_atomic_cas": atomic_cas}

@@ -214,82 +214,89 @@ class Decoder:
             return node
         if not isinstance(node, dict) or not isinstance(node.get("t"), str):
             raise WireError(f"a value of no known kind ({type(node).__name__})")
-        t = node["t"]
-        if t in ("list", "tuple", "set"):
-            items = self._items(node)
-            values = [self.decode(v, depth + 1) for v in items]
-            if t == "set":
-                try:
-                    return set(values)
-                except TypeError:
-                    raise WireError("a set of values that cannot be hashed") from None
-            return values if t == "list" else tuple(values)
-        if t == "dict":
-            out = {}
-            for pair in self._items(node):
-                if not (isinstance(pair, list) and len(pair) == 2):
-                    raise WireError("a dict entry that is not a pair")
-                key = self.decode(pair[0], depth + 1)
-                try:
-                    out[key] = self.decode(pair[1], depth + 1)
-                except TypeError:
-                    raise WireError("a dict key that cannot be hashed") from None
-            return out
-        if t == "namedtuple":
-            return self._namedtuple(node, depth)
-        if t == "bigint":
-            return int(self._text(node, 5000))
-        if t == "float":
-            text = self._text(node, 10)
-            if text not in ("nan", "inf", "-inf"):
-                raise WireError("a float that is not nan or infinite")
-            return float(text)
-        if t == "tensor":
-            return self._tensor(node)
-        if t == "ndarray":
-            import numpy as np
+        build = _BUILDERS.get(node["t"])
+        if build is None:
+            raise WireError(f"a value of the unknown kind {node['t']!r}")
+        return build(self, node, depth)
 
-            dtype = self._np_dtype(node)
-            shape = self._shape(node)
-            raw = self._buf(node)
-            if len(raw) % dtype.itemsize or len(raw) // dtype.itemsize != math.prod(shape):
-                raise WireError("an array whose bytes do not fill its shape")
-            return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
-        if t == "npscalar":
-            import numpy as np
-
-            dtype = self._np_dtype(node)
-            raw = self._buf(node)
-            if len(raw) != dtype.itemsize:
-                raise WireError("a numpy scalar of more than one value")
-            return np.frombuffer(raw, dtype=dtype)[0]
-        if t == "size":
-            import torch
-
-            return torch.Size(self._ints(node))
-        if t == "dtype":
-            return torch_dtype(node.get("v"))
-        if t == "device":
-            import torch
-
+    # -- one builder per kind of node: (self, node, depth) -> the value ----------------------
+    def _sequence(self, node, depth: int):
+        values = [self.decode(v, depth + 1) for v in self._items(node)]
+        if node["t"] == "set":
             try:
-                return torch.device(self._text(node, 50))
-            except RuntimeError:
-                raise WireError("a device torch does not know") from None
-        if t == "slice":
-            parts = self._items(node)
-            if len(parts) != 3:
-                raise WireError("a slice without start, stop and step")
-            return slice(*(self.decode(p, depth + 1) for p in parts))
-        if t == "ellipsis":
-            return Ellipsis
-        if t == "handle" and self.handle is not None:
-            return self.handle(node)
-        if t == "fn" and not self.strict:
-            return resolve_callable(node.get("v"))
-        if t == "refused":
-            raise RefusedValue(str(node.get("type", "?"))[:200], str(node.get("why", ""))[:500])
-        raise WireError(f"a value of the unknown kind {t!r}")
+                return set(values)
+            except TypeError:
+                raise WireError("a set of values that cannot be hashed") from None
+        return values if node["t"] == "list" else tuple(values)
+
+    def _dict(self, node, depth: int) -> dict:
+        out = {}
+        for pair in self._items(node):
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise WireError("a dict entry that is not a pair")
+            key = self.decode(pair[0], depth + 1)
+            try:
+                out[key] = self.decode(pair[1], depth + 1)
+            except TypeError:
+                raise WireError("a dict key that cannot be hashed") from None
+        return out
+
+    def _float(self, node, depth: int) -> float:
+        text = self._text(node, 10)
+        if text not in ("nan", "inf", "-inf"):
+            raise WireError("a float that is not nan or infinite")
+        return float(text)
+
+    def _ndarray(self, node, depth: int):
+        import numpy as np
+
+        dtype = self._np_dtype(node)
+        shape = self._shape(node)
+        raw = self._buf(node)
+        if len(raw) % dtype.itemsize or len(raw) // dtype.itemsize != math.prod(shape):
+            raise WireError("an array whose bytes do not fill its shape")
+        return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+    def _npscalar(self, node, depth: int):
+        import numpy as np
+
+        dtype = self._np_dtype(node)
+        raw = self._buf(node)
+        if len(raw) != dtype.itemsize:
+            raise WireError("a numpy scalar of more than one value")
+        return np.frombuffer(raw, dtype=dtype)[0]
+
+    def _size(self, node, depth: int):
+        import torch
+
+        return torch.Size(self._ints(node))
+
+    def _device(self, node, depth: int):
+        import torch
+
+        try:
+            return torch.device(self._text(node, 50))
+        except RuntimeError:
+            raise WireError("a device torch does not know") from None
+
+    def _slice(self, node, depth: int) -> slice:
+        parts = self._items(node)
+        if len(parts) != 3:
+            raise WireError("a slice without start, stop and step")
+        return slice(*(self.decode(p, depth + 1) for p in parts))
+
+    def _handle(self, node, depth: int):
+        if self.handle is None:  # a message that names no contestant's object may hold none
+            raise WireError("a value of the unknown kind 'handle'")
+        return self.handle(node)
+
+    def _fn(self, node, depth: int):
+        if self.strict:  # a library callable crosses from the judge to the contestant only
+            raise WireError("a value of the unknown kind 'fn'")
+        return resolve_callable(node.get("v"))
+
+    def _refused(self, node, depth: int):
+        raise RefusedValue(str(node.get("type", "?"))[:200], str(node.get("why", ""))[:500])
 
     def _items(self, node) -> list:
         items = node.get("v")
@@ -374,6 +381,16 @@ class Decoder:
         if len(values) != len(fields):
             raise WireError("a namedtuple whose values do not match its fields")
         return collections.namedtuple(name, fields)(*values)
+
+_BUILDERS = {  # what each node kind ``t`` is built by (Decoder._decode)
+    "list": Decoder._sequence, "tuple": Decoder._sequence, "set": Decoder._sequence, "dict": Decoder._dict,
+    "namedtuple": Decoder._namedtuple, "bigint": lambda self, node, depth: int(self._text(node, 5000)),
+    "float": Decoder._float, "tensor": lambda self, node, depth: self._tensor(node), "ndarray": Decoder._ndarray,
+    "npscalar": Decoder._npscalar, "size": Decoder._size, "dtype": lambda self, node, depth: torch_dtype(node.get("v")),
+    "device": Decoder._device, "slice": Decoder._slice, "ellipsis": lambda self, node, depth: Ellipsis,
+    "handle": Decoder._handle, "fn": Decoder._fn, "refused": Decoder._refused,
+}
+
 
 
 class RefusedValue(TypeError):
