@@ -19,12 +19,16 @@ The faces, imported from everywhere (each imports only other faces):
 - ``wire``:         what crosses between processes: frames, the one schema of values, typed records.
 - ``determinism``:  torch deterministic, the same in the judge and the zygote.
 - ``pins``:         the grader's own pinned requirements and their sections.
+- ``texts``:        every text a student reads about how their work was graded.
+- ``scoring``:      how outcomes become points: partial credit, core tests, late work, overrides.
+- ``ranks``:        what each gloo rank returned, and how a rank that did not finish is named.
 
 The commands (``python -m grading.X``): ``batch`` (a class), ``gradescope``, ``nbgrader``,
 ``release`` (the student edition), ``stubs`` (the exercise notebooks), ``diagnosis`` (the
 catalogue's observations).
 
-The processes, one package each (``tests/meta/test_layering.py`` keeps the lines):
+The processes, one package each (``tests/meta/test_layering.py`` keeps the lines, as
+:data:`LAYERS` and :data:`MAY_IMPORT` below say them; an import inside a function counts):
 
 - ``notebook/``:   the notebook as data: regions, loading, the catalogue, files handed in. Runs no process.
 - ``judge/``:      the judge: its main, the pytest plugin, the notebook as a proxy, the references'
@@ -34,11 +38,47 @@ The processes, one package each (``tests/meta/test_layering.py`` keeps the lines
 - ``proc/``:       how every child is started and contained: the sandbox, the zygote, the judges.
 - ``classroom/``:  a class's submissions turned into grades: matching, LMS downloads, late work,
                    rows, the gradebook and its exports, the run's recorded policy, and
-                   ``grade.grade_submission``.
+                   ``grade.grade_submission``. Never reaches ``judge/`` or ``contestant/``.
+
+The book's own packages use the grader too: ``modellab`` (models, paths), ``gpucompile``
+(Chapter 7's compile check, run in a child of the contestant's limits) and ``distlab``
+(Chapter 10's gloo ranks, for a reader's notebook: it never reaches ``judge/``).
 """
 
 import importlib
 import sys
+
+# The map above, as data: tests/meta/test_layering.py reads it (and checks that the text
+# above names every package it names), so the map and the test cannot drift apart.
+FACES = ("layout", "compare", "alternatives", "outcome", "wire", "determinism", "pins", "texts", "scoring", "ranks")
+COMMANDS = ("batch", "gradescope", "nbgrader", "release", "stubs", "diagnosis")
+PROCESSES = {  # package -> the process its code runs in
+    "notebook": "none of its own: read by every process",
+    "contestant": "the contestant, in the sandbox: the only one that runs a submission's code",
+    "proc": "the front door and the judge, which start children",
+    "judge": "the judge, which never runs a submission's code",
+    "classroom": "the front door",
+    "modellab": "any: the book's models and their paths",
+    "gpucompile": "a child of the judge, under the contestant's limits",
+    "distlab": "a reader's notebook or a test, and the ranks it forks",
+}
+# Lowest first: a module may import from its own layer's package and from lower layers
+# only, and among those only what MAY_IMPORT names (the faces are layer 0, the commands
+# the top; a face imports faces only, and nothing imports a command but a command).
+LAYERS = (("faces",), ("notebook", "modellab"), ("contestant",), ("proc", "gpucompile"), ("judge", "distlab"),
+          ("classroom",), ("commands",))
+MAY_IMPORT = {
+    "faces": set(),
+    "notebook": set(),
+    "modellab": set(),
+    "contestant": {"notebook"},
+    "gpucompile": {"notebook", "contestant"},
+    "proc": {"notebook"},
+    "judge": {"notebook", "contestant", "proc", "gpucompile", "modellab"},
+    "distlab": {"notebook", "contestant", "proc"},
+    "classroom": {"notebook", "proc", "modellab"},
+    "commands": {"notebook", "contestant", "proc", "judge", "classroom", "gpucompile", "modellab", "distlab"},
+}
 
 # jsonschema checks the "iri" format with rfc3987_syntax when it is installed (jupyter's
 # format extras bring it), and that module compiles a Lark grammar at import: 1.2 s of

@@ -1,0 +1,3 @@
+# rule: map
+# package: grading.probe_package
+"""A package the map does not name."""
