@@ -82,15 +82,15 @@ MAY_IMPORT = {
 
 # jsonschema checks the "iri" format with rfc3987_syntax when it is installed (jupyter's
 # format extras bring it), and that module compiles a Lark grammar at import: 1.2 s of
-# every process that imports nbformat, which every judge, contestant zygote and grading
-# child does. No notebook schema uses that format, so jsonschema is told it is absent
-# (an import of a module set to None raises ImportError, which jsonschema expects).
+# every process that imports nbformat, which every judge and contestant zygote does. No
+# notebook schema uses that format, so jsonschema is told it is absent (an import of a
+# module set to None raises ImportError, which jsonschema expects).
 sys.modules.setdefault("rfc3987_syntax", None)
 
 __all__ = ["LoadedNotebook", "assert_close", "assert_equal", "assert_raises", "load_notebook", "load_solutions"]
 # Imported when first used (PEP 562), not with the package: ``grading.compare`` imports
-# torch, and the processes that only start grading children (the batch grader, the
-# Gradescope front door) need not hold torch's 200 MB beside each child.
+# torch, and the front doors, which only start judges (the class run, Gradescope's),
+# need not hold torch's 200 MB beside each judge.
 _HOME = {"assert_close": "grading.compare", "assert_equal": "grading.compare", "assert_raises": "grading.compare",
          "LoadedNotebook": "grading.notebook.loader", "load_notebook": "grading.notebook.loader",
          "load_solutions": "grading.notebook.loader"}

@@ -130,7 +130,7 @@ def share_cache(folder: Path | None = None) -> None:
 
 def prepare_cache() -> None:
     """Convert the model now if no cache exists, and make the cache readable by every user.
-    The batch grader calls this before grading a chapter that loads the model: inside the
+    The class run calls this before grading a chapter that loads the model: inside the
     sandbox a conversion would have to write outside the student's work folder."""
     if not is_installed():
         return

@@ -18,7 +18,7 @@ module connects the two:
 A diagnosis must never be wrong, so it is given only when exactly one bug matches on
 every failing case. Two bugs that fail the same way are indistinguishable by the tests
 and yield no diagnosis (``--prove`` lists them, so that a probe can be added). The
-comparison runs in the grading process on stored numbers: no bug's code runs while a
+comparison runs in the judge on stored numbers: no bug's code runs while a
 student is graded.
 
 3. A *kind* of mistake is recognised without a catalogue entry per bug (:data:`KINDS`): a

@@ -133,7 +133,7 @@ class Collector:
             # From the exception itself, for a failure the grading plugin did not summarise
             # (a fixture's or a hidden test's): the parent never reads pytest's text back.
             from grading.outcome import classify, summary
-            from grading.judge.plugin import raised_where
+            from grading.judge.messages import raised_where
 
             exc = call.excinfo.value
             entry["fallback"] = {"summary": summary(exc, raised_where(exc)), "status": classify(exc).value}
@@ -228,7 +228,7 @@ def limit_memory(spec: dict) -> None:
     above this one (setrlimit may raise a soft limit up to the hard one, never the hard
     one). The judge runs no notebook code, so nothing here raises it again. An answer that
     does not fit is a MemoryError in the decoder, which grading.judge turns into the
-    test's "memory limit" status; one elsewhere ends this process, and the batch grader
+    test's "memory limit" status; one elsewhere ends this process, and the front door
     writes the chapter's rows from what it reported (grading.classroom.grade.Grader.rows_from)."""
     import resource
 

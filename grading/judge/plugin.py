@@ -37,8 +37,7 @@ from grading.judge import diagnosis, preload  # the model loaded before the firs
 from grading.judge import replay
 from grading.judge import substitute  # each exercise graded alone (fixture + hook)
 from grading.judge.loading import Notebooks
-from grading.judge.messages import (brief_failure, cell_did_not_run, dependency_first, load_error_message,  # noqa: F401
-                                    raised_where, student_message, variant_of)
+from grading.judge.messages import brief_failure, cell_did_not_run, raised_where, student_message, variant_of
 from grading.judge.points import Points
 from grading.judge.proof import Proof
 from grading.judge.variant import Variant, chapter_stem

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from grading import wire
 from grading.notebook.untrusted import read_submission
-from grading.proc.zygote import Launcher, Limits, ZygoteUnavailable, configure, current_limits, default_uid, launcher  # noqa: F401
+from grading.proc.zygote import Launcher, launcher
 from grading.compare import GradingFailure
 from grading.wire import LoadReport, Spawn
 from grading.judge.session import (CALL_TIMEOUT_S, AnswerTooLarge, ContestantBroken, ContestantCrashed, Session,

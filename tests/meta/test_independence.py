@@ -228,8 +228,8 @@ def test_a_reference_declared_calling_uses_the_notebooks_names(monkeypatch):
 
 
 # -- the swap in processes that load the notebook themselves -----------------------------------
-# Named, not discovered: a grading child imports this module in the sandbox, where
-# solutions/ (which discovery looks for) is hidden.
+# Named, not discovered: a judge imports this module with solutions/ (which discovery
+# looks for) hidden from it.
 CH10 = chapter_of_test_file("test_10_context_parallel.py")
 ALONE_10_2 = {"chapter": CH10.stem, "exercise": "10.2"}  # merge_attention (10.1) is the reference's
 

@@ -12,7 +12,7 @@
 #   build of torch (5.5 GB, and about 700 MiB per chapter, against Gradescope's 768 MB);
 # - when the torch it installed is not the CPU build.
 # The grading plugin is not installed: run_autograder puts this folder on PYTHONPATH and
-# the grader loads the plugin by module name (`-p grading.plugin`).
+# the grader loads the plugin by module name (`-p grading.judge.plugin`).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE"
