@@ -265,3 +265,11 @@ def test_code_toggles_read_in_chinese():
     Toggles(document).run()
     shown = [node["prompt_show"] for node in document.findall(HideCodeCellNode)]
     assert not any(re.search("[A-Za-z]", text) for text in shown), shown
+
+
+def test_a_heading_defines_the_longest_term_it_names():
+    """The search ranks first the pages that define a term; 解码上下文并行 defines no 上下文并行."""
+    keys = {"上下文并行", "解码上下文并行", "张量并行", "kv缓存", "首token延迟"}
+    assert i18n_search.defined_terms("13.6 解码上下文并行", keys) == {"解码上下文并行"}
+    assert i18n_search.defined_terms("跨越单个设备：上下文并行与环形注意力", keys) == {"上下文并行"}
+    assert i18n_search.defined_terms("**KV 缓存**与首 token 延迟", keys) == {"kv缓存", "首token延迟"}
