@@ -9,7 +9,11 @@ which walks ``_build/html/`` and so ``_build/html/zh_CN/`` too. Here:
 - each page links to the other edition's page, and the link carries the reader's ``#section``;
 - no paragraph of a Chinese page is left in English where the catalogue has its
   translation (a message that did not match: a stale ``.mo``, a changed paragraph), and
-  none shows MyST as text (a role, or ``**`` that did not close next to Chinese punctuation).
+  none shows MyST as text (a role, or ``**`` that did not close next to Chinese punctuation);
+- the Chinese search finds what a reader types: for thirty terms, the pages that define a
+  term come first and every page found holds it;
+- a Chinese page's grading command names ``exercises/zh_CN/``, and an exercise page's
+  download button serves the Chinese notebook.
 """
 
 from __future__ import annotations
