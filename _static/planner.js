@@ -30,7 +30,7 @@
       params: 671000000000n, active: 37000000000n },
     "gemma-3-27b": { layers: repeat([sliding(16, 128, 1024), sliding(16, 128, 1024), sliding(16, 128, 1024),
       sliding(16, 128, 1024), sliding(16, 128, 1024), full(16, 128)], 11).slice(0, 62), heads: 32, d: 128,
-      params: 27000000000n, active: 27000000000n },
+      params: 27016000000n, active: 27016000000n },
     "smollm2-135m": { layers: repeat([full(3, 64)], 30), heads: 9, d: 64, params: 134515008n, active: 134515008n },
   };
   // HBM bytes as nvidia-smi reports them (MiB), bytes/s and dense BF16 FLOP/s.

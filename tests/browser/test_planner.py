@@ -62,9 +62,10 @@ MODELS = {
     "llama-70b": ([FULL(8, 128)] * 80, 64, 128, 70_600_000_000, 70_600_000_000),
     "qwen3-next": (([RECURRENT] * 3 + [FULL(2, 256)]) * 12, 16, 256, 80 * 10**9, 3 * 10**9),
     "deepseek-v3": ([LATENT] * 61, 128, 128, 671 * 10**9, 37 * 10**9),
-    # Gemma 3 27B: 62 layers, every sixth global, the others a 1,024-token window.
+    # Gemma 3 27B: 62 layers, every sixth global, the others a 1,024-token window; its text
+    # weights, 1,416M embedding and 25,600M other parameters (the report's Table 1).
     "gemma-3-27b": ([FULL(16, 128) if i % 6 == 5 else SLIDING(16, 128, 1024) for i in range(62)], 32, 128,
-                    27 * 10**9, 27 * 10**9),
+                    27_016_000_000, 27_016_000_000),
     "smollm2-135m": ([FULL(3, 64)] * 30, 9, 64, 134_515_008, 134_515_008),
 }
 # name -> (bytes of memory, bytes/s, FLOP/s): nvidia-smi's totals and the datasheets' figures.
@@ -464,6 +465,11 @@ def test_script_is_small_and_self_contained():
 
 def test_page_works_from_a_file(browser):  # noqa: F811
     """Opened from disk (file://), as a reader who downloaded the book would."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
     open_page(browser, (HTML / PAGE).as_uri() + "#m=gemma-3-27b&n=32768")
     seen = browser.execute_script(READ_JS)
     assert not seen["error"] and int(seen["per_request"][0]) > 0
+    browser.find_element(By.NAME, "n_log").send_keys(Keys.ARROW_RIGHT)
+    assert "n=65536" in browser.execute_script("return location.hash")
