@@ -393,6 +393,28 @@ def test_dcp_attention_on_2_gloo_processes(nb):
     check_dcp(nb, 2)
 
 
+def dcp_bad_inputs():
+    """Arguments the statement says are checked before the process group: the grader's own
+    process has none, so each must raise its own error, not the RuntimeError."""
+    q, kv = randn(1, 2, 1, 6), randn(1, 4, 6)
+    return [
+        ((q.tolist(), kv, 4, 4, 0.5), TypeError, "q", "list-q"),
+        ((q[0], kv, 4, 4, 0.5), ValueError, "q", "3d-q"),
+        ((randn(1, 2, 5, 6), kv, 4, 4, 0.5), ValueError, "q", "more-queries-than-tokens"),
+        ((q, kv[0], 4, 4, 0.5), ValueError, "kv", "2d-kv"),
+        ((q, kv, 4, 7, 0.5), ValueError, "kv_lora_rank", "kv_lora_rank-wider-than-the-rows"),
+        ((q, kv, 4, 4.0, 0.5), TypeError, "kv_lora_rank", "float-kv_lora_rank"),
+        ((q, kv, 0, 4, 0.5), ValueError, "seq_len", "zero-seq_len"),
+    ]
+
+
+@pytest.mark.ex13_6
+@pytest.mark.parametrize("index", range(len(dcp_bad_inputs())), ids=[c[-1] for c in dcp_bad_inputs()])
+def test_dcp_attention_rejects_bad_input(nb, index):
+    args, exc, names, _ = dcp_bad_inputs()[index]
+    assert_raises(nb.dcp_attention, *args, exc=exc, names=names)
+
+
 @pytest.mark.ex13_6
 def test_dcp_attention_needs_a_process_group(nb):
     """In the grader's own process no process group is initialised: the statement's RuntimeError."""

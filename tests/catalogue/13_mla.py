@@ -224,8 +224,13 @@ BUGS = [
         new="weights = torch.softmax(scores, dim=-1)"),
     Bug("dcp_no_process_group_check", "13.6", "does not check for a process group, so without one it fails inside "
         "torch.distributed with its own error instead of the RuntimeError the statement names",
-        old='    if not dist.is_available() or not dist.is_initialized():\n'
+        old='    if not dist.is_available() or not dist.is_initialized():  # only the rows of this rank need '
+            'the group\n'
             '        raise RuntimeError("dcp_attention needs an initialised torch.distributed process group")\n',
+        new=""),
+    Bug("dcp_skips_argument_checks", "13.6", "checks none of q, kv and seq_len, so a wrong argument fails inside "
+        "the computation, or inside torch.distributed, with a message that does not name it",
+        old='    _check_tensor("q", q, 4)\n    _check_tensor("kv", kv, 3)\n    _check_int("seq_len", seq_len, 1)\n',
         new=""),
 ]
 
@@ -311,6 +316,8 @@ RULES: dict[str, dict[str, tuple[str, ...]]] = {
         "cache's.": ("dcp_nan_on_empty_shard",),
         "Every rank returns the log-sum-exp over the whole cache, not the one over its own rows.":
             ("dcp_returns_local_lse",),
+        "q, kv, seq_len and kv_lora_rank are checked before the process group: bad ones raise the errors below, "
+        "each naming the argument, with or without a group.": ("dcp_skips_argument_checks",),
         "Without an initialised process group the call raises RuntimeError.": ("dcp_no_process_group_check",),
     },
 }
