@@ -35,6 +35,7 @@ PAGE = "book/planner.html"
 ZH_PAGE = "zh_CN/book/planner.html"
 SETTINGS_SEED, NUM_SETTINGS = 52, 200
 REL_TOL = 1e-12
+SHOWN_REL_TOL = 5e-4  # what the page prints: 4 significant digits
 # Most random degrees of parallelism do not divide the heads; keep about a tenth refused.
 REDRAW_REFUSED = 0.85
 MAX_CONTEXT = 2**24  # the longest context the page searches
@@ -267,6 +268,12 @@ def shown(driver, settings: dict, nonce: int) -> dict:
     return driver.execute_script(READ_JS)
 
 
+def _read_shown(text: str) -> float:
+    """A number as the page prints it: 4 significant digits, a time with its unit."""
+    number, _, unit = text.partition(" ")
+    return float(number) * {"": 1, "s": 1, "ms": 1e-3, "µs": 1e-6}[unit]
+
+
 def mismatches(settings: dict, seen: dict) -> list[str]:
     """What the page showed that the reference does not: one line per number."""
     want = expected(settings)
@@ -280,9 +287,11 @@ def mismatches(settings: dict, seen: dict) -> list[str]:
         if int(value) != want[key] or int(digits) != want[key]:
             wrong.append(f"{key}: page {value} ({text!r}), reference {want[key]}")
     for key in FLOATS:
-        value = float(seen[key][0])
+        value, text = float(seen[key][0]), seen[key][1]
         if abs(value - want[key]) > REL_TOL * abs(want[key]):
             wrong.append(f"{key}: page {value!r}, reference {want[key]!r}")
+        elif abs(_read_shown(text) - want[key]) > SHOWN_REL_TOL * abs(want[key]):
+            wrong.append(f"{key}: the page shows {text!r} for {want[key]!r}")
     if seen["side"][0] != want["side"]:
         wrong.append(f"side: page {seen['side'][0]}, reference {want['side']}")
     return wrong
