@@ -166,8 +166,8 @@ def grade(root: Path, *, chapters: str = "", timeout: float = DEFAULT_TIMEOUT_S,
     grader's path; returns the results. Never raises: a failure is a results.json too.
     ``late_penalty`` (``FRACTION[:CAP]``, :mod:`grading.classroom.late`) applies to a submission
     whose ``root/submission_metadata.json`` says it came after its due date."""
-    from grading.proc import sandbox
     from grading.classroom.grade import GradeConfig, grade_submission, hidden_tests
+    from grading.proc import sandbox
 
     start = time.monotonic()
     path = root / "results" / "results.json"

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from grading.layout import Chapter, cell_source, marker
-from grading.proc.judges import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
 from grading.notebook.regions import find_regions
+from grading.proc.judges import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
 
 SCHEMA_VERSION = 3  # nbgrader's cell metadata schema (nbgrader 0.6 to 0.9)
 ENV = "NBGRADER_EXECUTION"  # set by nbgrader in the kernel's environment
@@ -248,8 +248,8 @@ def autograde(stem: str, exercise: str, points: float) -> float | None:
 def find_notebook(stem: str, folder: Path) -> Path:
     """The chapter's notebook in ``folder``: ``stem.ipynb``, or the one notebook there that
     the batch grader's matching gives the chapter (a renamed assignment)."""
-    from grading.layout import discover_chapters
     from grading.classroom.matching import match_folder
+    from grading.layout import discover_chapters
 
     exact = folder / f"{stem}.ipynb"
     if exact.is_file():

@@ -73,6 +73,11 @@ SIGNALS = {
     signal.SIGXFSZ: Text("SIGXFSZ", "a file grew past the size limit"),
     signal.SIGXCPU: Text("SIGXCPU", "the CPU-time limit was reached"),
 }
+# -- a whole chapter stopped (grading.classroom.grade.chapter_verdict) -----------------------------
+TOOK_TOO_LONG = Text("timed out", "grading this chapter took longer than {timeout:g} s and was stopped")
+OUT_OF_MEMORY = Text("memory limit", "grading this chapter ran out of memory (limit {limit})")
+CELL_OUT_OF_MEMORY = Text("memory limit", "cell {cell} ran out of memory (limit {limit})")
+GRADERS_DID_NOT_RUN = Text("needs review", "the graders could not run: {why}")
 KILLED_BY = Text("crashed", "the grading process was killed by {signal}")
 EXITED_EARLY = Text("crashed", "the grading process exited with code {code} before grading finished "
                                "(os._exit() or sys.exit() where the grader cannot catch it?)")

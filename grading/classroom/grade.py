@@ -19,16 +19,27 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.classroom.rows import (CRASHED, MEMORY, MISSING, NOTE, REVIEW, Row, TAMPERED, TIMED_OUT, crash_text,
-                                    graded_rows, one_line, zero_rows)
+from grading import texts
+from grading.classroom.matching import Chapter, Submission, entry_kind, match_folder, readable, unpack_zip
+from grading.classroom.rows import (
+    CRASHED,
+    MEMORY,
+    MISSING,
+    NOTE,
+    REVIEW,
+    TAMPERED,
+    TIMED_OUT,
+    Row,
+    crash_text,
+    graded_rows,
+    one_line,
+    zero_rows,
+)
 from grading.layout import EXERCISE_LINE, EXERCISES, ROOT, SOLUTIONS, cell_source
-from grading.classroom.matching import (Chapter, Submission, entry_kind, match_folder, readable,
-                              unpack_zip)
 from grading.notebook.loader import MAX_CAPTURED_CHARS
 from grading.notebook.untrusted import NOTEBOOK_CAP
 from grading.outcome import MESSAGE_CHARS
 from grading.proc.judges import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, OUTPUT_CAP, run_child
-from grading.texts import UNMATCHED
 from grading.wire import ExitRecord
 from grading.wire.records import PlannedTest
 from grading.wire.report import JudgeReport
@@ -135,18 +146,18 @@ def chapter_verdict(report: JudgeReport, planned: set[str], timeout: float, limi
     no honest judge writes, how the judge ended, graders that could not run, and records
     that could not be read."""
     if report.timed_out:
-        return TIMED_OUT, f"grading this chapter took longer than {timeout:g} s and was stopped"
+        return TIMED_OUT, texts.TOOK_TOO_LONG.format(timeout=timeout)
     tamper = list(report.tamper.violations) + stream_problems(report, planned)
     if tamper:
         return TAMPERED, "; ".join(tamper)[:MESSAGE_CHARS]
     ended = report.exit
     if ended.status == "memory":
-        return MEMORY, f"grading this chapter ran out of memory (limit {limit})"
+        return MEMORY, texts.OUT_OF_MEMORY.format(limit=limit)
     if ended.status == "crashed":
         return CRASHED, crash_text(ended.returncode, ended.signal)
     if report.collect_errors:
         first = report.collect_errors[0]
-        return REVIEW, f"the graders could not run: {first.summary or one_line(first.message)}"
+        return REVIEW, texts.GRADERS_DID_NOT_RUN.format(why=first.summary or one_line(first.message))
     if report.malformed:  # only our own judge writes these lines: a bug, for review
         return REVIEW, f"the judge's outcome lines could not be read: {report.malformed[0]}"
     unreadable = report.load.of("unreadable")
@@ -276,7 +287,7 @@ class Grader:
         if verdict is not None:
             return zero_rows(s, stem, tests, *verdict)
         memory = [p for p in report.load.of("error") if p.memory]
-        memory_note = f"cell {memory[0].cell} ran out of memory (limit {limit})" if memory else ""
+        memory_note = texts.CELL_OUT_OF_MEMORY.format(cell=memory[0].cell, limit=limit) if memory else ""
         # Advice only (no points depend on it), kept to exercises that failed and cut to size.
         diagnoses = {d.exercise: one_line(d.message, 400) for d in report.diagnoses.diagnoses[:50]}
         rows = graded_rows(s, stem, tests, report.outcomes(), review, memory_note, diagnoses)
@@ -322,7 +333,7 @@ def submission_rows(student: str, sub: Submission, chapters: list[Chapter]) -> l
     missing_any = any(c.stem not in sub.notebooks for c in chapters)
     for name, reason in sub.unmatched:
         rows.append(Row(student, "", "", 0, 0, REVIEW if missing_any else NOTE,
-                        f"{name} {UNMATCHED}: {reason}"))
+                        f"{name} {texts.UNMATCHED}: {reason}"))
     return rows
 
 

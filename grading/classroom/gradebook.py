@@ -17,12 +17,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading import scoring, texts
-from grading.outcome import FOR_REVIEW
 from grading.classroom.matching import readable
+from grading.classroom.rows import (
+    CRASHED,
+    FIELDS,
+    MISSING,
+    NOTE,
+    OVERRIDDEN,
+    PASSED,
+    REVIEW,
+    TAMPERED,
+    TIMED_OUT,
+    Row,
+    csv_value,
+    exercise_order,
+    graded_chapters,
+    num,
+    one_line,
+)
 from grading.classroom.sheets import StudentKeys
-from grading.classroom.rows import (CRASHED, FIELDS, MISSING, NOTE, OVERRIDDEN, PASSED, REVIEW, Row,
-                                    TAMPERED, TIMED_OUT, csv_value, exercise_order, graded_chapters, num,
-                                    one_line)
+from grading.outcome import FOR_REVIEW
 
 
 # -- the file -------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from grading.classroom.matching import readable
 from grading import scoring, texts
+from grading.classroom.matching import readable
 from grading.outcome import MESSAGE_CHARS, Status, TestOutcome, clip, describe_signal, exercise_status
 from grading.wire.records import PlannedTest
 

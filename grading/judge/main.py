@@ -132,8 +132,8 @@ class Collector:
         if "fallback" not in entry:
             # From the exception itself, for a failure the grading plugin did not summarise
             # (a fixture's or a hidden test's): the parent never reads pytest's text back.
-            from grading.outcome import classify, summary
             from grading.judge.messages import raised_where
+            from grading.outcome import classify, summary
 
             exc = call.excinfo.value
             entry["fallback"] = {"summary": summary(exc, raised_where(exc)), "status": classify(exc).value}
@@ -171,9 +171,9 @@ class Collector:
         state = getattr(config, "_grading", None)
         problems, borrowed, output_chars = [], [], 0
         if state is not None:
-            from grading.notebook import review as tamper
-            from grading.judge.proxy import RemoteNotebook
             from grading.judge.loading import Unloadable
+            from grading.judge.proxy import RemoteNotebook
+            from grading.notebook import review as tamper
 
             # The chapter's own load (a hidden-test copy of the notebook would repeat its notes).
             main = [v for (_, stem), v in state.cache.items() if stem == self.chapter] or list(state.cache.values())[:1]
@@ -255,16 +255,16 @@ def main(argv: list[str]) -> int:
     os.chdir(spec["work_dir"])
     import torch
 
-    from grading.judge import proxy as judge
+    from grading.proc import zygote
 
     torch.manual_seed(0)
     torch.set_num_threads(int(spec.get("threads", 1)))
     # This process is the judge: it runs no submission code. Every contestant it starts
     # runs in the sandbox with these limits.
-    judge.configure(judge.Limits(memory_mb=int(spec.get("memory_mb", 0)), threads=int(spec.get("threads", 1)),
-                                 cuda_devices=spec.get("cuda_devices", ""), uid=spec.get("sandbox_uid"),
-                                 hide=list(spec.get("hide", [])), cpu_seconds=int(spec.get("cpu_seconds", 0)),
-                                 file_size_cap=int(spec.get("file_size_cap", 0))))
+    zygote.configure(zygote.Limits(memory_mb=int(spec.get("memory_mb", 0)), threads=int(spec.get("threads", 1)),
+                                   cuda_devices=spec.get("cuda_devices", ""), uid=spec.get("sandbox_uid"),
+                                   hide=list(spec.get("hide", [])), cpu_seconds=int(spec.get("cpu_seconds", 0)),
+                                   file_size_cap=int(spec.get("file_size_cap", 0))))
     hidden = [Path(spec["hidden_dir"])] if spec.get("hidden_dir") else []
     collector = Collector(out, hidden, spec.get("chapter", ""))
     args = [*spec["test_files"], "--notebooks", spec["notebooks"], "--rootdir", str(ROOT),

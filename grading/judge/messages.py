@@ -10,11 +10,11 @@ from __future__ import annotations
 import traceback
 
 from grading import texts
+from grading.compare import GradingFailure
+from grading.judge import dependencies, substitute
 from grading.judge.variant import Variant, chapter_stem
 from grading.layout import EXERCISE_ID, exercise_of
-from grading.compare import GradingFailure
 from grading.notebook.loader import CellDidNotRun
-from grading.judge import dependencies, substitute
 
 
 def brief_failure(excinfo, style=None) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from grading.outcome import TestOutcome
 from grading.wire.frames import WireError
-from grading.wire.records import (CollectError, Diagnoses, ExitRecord, LoadSummary, Plan, SetupRecord, Tamper)
+from grading.wire.records import CollectError, Diagnoses, ExitRecord, LoadSummary, Plan, SetupRecord, Tamper
 
 # The records a judge writes, by the ``kind`` of their line.
 RECORDS = {cls.KIND: cls for cls in (Plan, CollectError, SetupRecord, TestOutcome, LoadSummary, Diagnoses, Tamper,

@@ -16,8 +16,19 @@ import pytest
 from grading.layout import ROOT
 from grading.outcome import TestOutcome
 from grading.wire import WireError
-from grading.wire.records import (CellProblem, CollectError, Diagnoses, ExitRecord, Found, LoadSummary, Plan,
-                                  PlannedTest, SetupRecord, Tamper, line)
+from grading.wire.records import (
+    CellProblem,
+    CollectError,
+    Diagnoses,
+    ExitRecord,
+    Found,
+    LoadSummary,
+    Plan,
+    PlannedTest,
+    SetupRecord,
+    Tamper,
+    line,
+)
 from grading.wire.report import RECORDS, read_report
 
 PLANNED = PlannedTest("tests/test_01_x.py::test_a[0]", "tests/test_01_x.py", "test_a", "1.1", 2, True, False, False)
