@@ -5,8 +5,8 @@ A submission is graded by a *judge* that never runs its code, and answered by a
 grades:
 
     front door ──> proc.judges ──> judge.main (pytest + judge.plugin) ──> wire records ──> classroom
-    (batch,         (one judge      │  graders, references, hidden tests      (plan, outcomes,   (rows, gradebook,
-    gradescope,     per student     │                                         exit record)       feedback, exports)
+    (batch,         (one judge      │  graders, references, hidden tests      (read into one     (rows, gradebook,
+    gradescope,     per student     │                                         JudgeReport)       feedback, exports)
     nbgrader)       and chapter)    └─ nb.f(x) ──> proc.zygote ──> contestant.main (sandbox: loads the
                                                                    notebook, answers calls; plain values back)
 
