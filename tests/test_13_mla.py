@@ -265,9 +265,9 @@ def test_stack_kv_bytes(nb, case):
      ([{**SLIDING, "window": 0}], 10, 1, ValueError, "window"), ([FULL], -1, 1, ValueError, "seq_len"),
      # -2 would be the sliding layer if read from the end of the list, as Python's indexing reads it
      ([FULL, SLIDING, {"kind": "shared", "source": -2}], 10, 1, ValueError, "source"),
-     ([FULL], 10, 0, ValueError, "batch_size")],
+     ([FULL], 10, 0, ValueError, "batch_size"), ([FULL, "full"], 10, 1, TypeError, "layers")],
     ids=["shared-source-later", "shared-of-shared", "unknown-kind", "missing-window", "empty", "tuple",
-         "zero-window", "negative-seq_len", "negative-source", "zero-batch_size"],
+         "zero-window", "negative-seq_len", "negative-source", "zero-batch_size", "a-layer-that-is-no-dict"],
 )
 def test_stack_kv_bytes_rejects_bad_input(nb, layers, seq_len, batch_size, exc, names):
     assert_raises(nb.stack_kv_bytes, layers, seq_len, batch_size, exc=exc, names=names)
@@ -313,9 +313,10 @@ def test_kv_bytes_per_rank(nb, case):
     [((GQA8, 3, 100), ValueError, "tp_size"), ((MLA, 8, 100, 3), ValueError, "dcp_size"),
      ((GQA8, 4, 100, 2), ValueError, "dcp_size"), (({"attention": "mha", "head_dim": 8}, 2, 100), ValueError, "config"),
      (({"attention": "mla", "kv_lora_rank": 512}, 2, 100), ValueError, "config"),
-     ((MLA, 0, 100), ValueError, "tp_size"), ((MLA, 2, 100.0), TypeError, "seq_len")],
+     ((MLA, 0, 100), ValueError, "tp_size"), ((MLA, 2, 100.0), TypeError, "seq_len"),
+     ((["mla", 512, 64], 2, 100), TypeError, "config")],
     ids=["tp-not-dividing", "dcp-not-dividing-mla", "dcp-without-duplication", "unknown-attention",
-         "missing-rope-key", "zero-tp", "float-seq_len"],
+         "missing-rope-key", "zero-tp", "float-seq_len", "list-config"],
 )
 def test_kv_bytes_per_rank_rejects_bad_input(nb, args, exc, names):
     assert_raises(nb.kv_bytes_per_rank, *args, exc=exc, names=names)

@@ -165,6 +165,10 @@ BUGS = [
     Bug("stack_shared_of_shared_accepted", "13.4", "lets a shared layer read another shared layer, which stores "
         "nothing to read", old='if source >= index or layers[source].get("kind") == "shared":',
         new="if source >= index:"),
+    Bug("stack_layer_items_unchecked", "13.4", "checks that layers is a list but not that each layer is a dict, so "
+        "a layer of another type fails on its first key with an error that does not name layers",
+        old="    if not isinstance(layers, list) or not all(isinstance(layer, dict) for layer in layers):",
+        new="    if not isinstance(layers, list):"),
     Bug("stack_batch_size_unchecked", "13.4", "does not check batch_size, so a batch of 0 sequences gets 0 bytes "
         "instead of an error that names it", old='    _check_int("batch_size", batch_size, 1)\n', new=""),
     # -- 13.5: tensor parallelism
@@ -190,6 +194,12 @@ BUGS = [
         "is divided by it, where the heads cannot be split evenly",
         old='            raise ValueError(f"tp_size {tp_size}: one of num_key_value_heads {H_kv} and tp_size '
             'must divide the other")\n', new="            pass\n"),
+    Bug("rank_config_type_unchecked", "13.5", "reads the config without checking that it is a dict, so a list "
+        "fails with an AttributeError that names no argument, where the statement says TypeError naming config",
+        old='    if not isinstance(config, dict):\n'
+            '        raise TypeError(f"config must be a dict, got {type(config).__name__}")\n'
+            '    attention = config.get("attention")',
+        new='    attention = config.get("attention")'),
     Bug("rank_config_read_unchecked", "13.5", "reads MLA's sizes from the config by indexing it, so a missing key "
         "raises a KeyError that names no argument, where the statement says ValueError naming config",
         old='per_token = _config_int(config, "kv_lora_rank") + _config_int(config, "qk_rope_head_dim")',
@@ -291,7 +301,8 @@ RULES: dict[str, dict[str, tuple[str, ...]]] = {
         "Every count is for batch_size sequences, in bytes of dtype_bytes.": ("stack_batch_size_ignored",),
         "source is the index, counted from 0, of an earlier layer that is not shared; a negative source is an "
         "error.": ("stack_negative_source_accepted", "stack_shared_of_shared_accepted"),
-        "Bad arguments raise the errors below, each naming the argument.": ("stack_batch_size_unchecked",),
+        "Bad arguments raise the errors below, each naming the argument.": ("stack_batch_size_unchecked",
+                                                                            "stack_layer_items_unchecked"),
     },
     "13.5": {
         "Under GQA a rank holds K and V of the KV heads its query heads read: at least one whole KV head.":
@@ -302,7 +313,8 @@ RULES: dict[str, dict[str, tuple[str, ...]]] = {
             ("rank_contiguous_shards", "rank_tokens_floored"),
         "dcp_size divides D, and one of tp_size and H_kv divides the other: anything else is an error.":
             ("rank_dcp_divides_tp", "rank_tp_divisibility_unchecked"),
-        "Bad arguments raise the errors below, each naming the argument.": ("rank_config_read_unchecked",),
+        "Bad arguments raise the errors below, each naming the argument.": ("rank_config_read_unchecked",
+                                                                            "rank_config_type_unchecked"),
     },
     "13.6": {
         "out and lse are those of the whole cache: every rank's rows, each at its own position for the causal "
