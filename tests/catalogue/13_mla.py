@@ -100,8 +100,8 @@ BUGS = [
     Bug("absorbed_up_projects_the_cache", "13.2", "builds every head's keys and values from the latent cache, as "
         "Exercise 13.1 does, instead of attending over the latents: the right result, at the memory and the work "
         "of multi-head attention", code=UP_PROJECTED),
-    Bug("absorbed_skips_validation", "13.2", "checks none of its arguments, so a tensor of the wrong shape fails "
-        "deep inside the computation (or not at all) with a message that does not name it",
+    Bug("absorbed_skips_validation", "13.2", "folds the weights without checking the arguments first, so a tensor "
+        "of the wrong shape fails inside an einsum (or not at all) with a message that does not name it",
         old=MLA_CHECK, new=""),
     # -- 13.3: costs
     Bug("cost_latent_bytes_per_head", "13.3", "counts the latent cache once per query head, as if every head had its "
