@@ -236,15 +236,28 @@ def _private_problems(here: Module, modules: dict[str, Module]) -> list[Problem]
                     found.append(f"{here.name}:{node.lineno} imports {module}.{a.name}")
                 if target == f"{module}.{a.name}":
                     aliases[a.asname or a.name] = target
-        elif isinstance(node, ast.Import):
-            aliases.update({a.asname or a.name.split(".")[0]: a.name for a in node.names
-                            if a.name.split(".")[0] in ROOTS})
+        elif isinstance(node, ast.Import):  # ``import a.b`` binds ``a``; ``import a.b as c`` binds ``c``
+            for a in node.names:
+                root = a.name.split(".")[0]
+                if root in ROOTS:
+                    aliases[a.asname or root] = a.name if a.asname else root
     for node in _nodes(here.source):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                and node.attr.startswith("_") and not node.attr.startswith("__")
-                and aliases[node.value.id] != here.name):
-            found.append(f"{here.name}:{node.lineno} reads {aliases[node.value.id]}.{node.attr}")
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = _dotted(node.value, aliases)
+            if owner in modules and owner != here.name:
+                found.append(f"{here.name}:{node.lineno} reads {owner}.{node.attr}")
     return [Problem("private", here.name, text) for text in found]
+
+
+def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    """The module an expression such as ``values`` or ``grading.wire.values`` names, through
+    the names this module's imports bound; None for anything else."""
+    if isinstance(node, ast.Name):
+        return aliases.get(node.id)
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value, aliases)
+        return f"{base}.{node.attr}" if base else None
+    return None
 
 
 def problems(modules: dict[str, Module], only: set[str] | None = None) -> list[Problem]:

@@ -1,0 +1,4 @@
+# rule: commands
+# module: distlab.probe
+"""distlab importing a command."""
+from grading import release  # noqa: F401
