@@ -79,6 +79,12 @@ def pytest_configure(config):
     # Memory a notebook allocates and never writes reads as NaN, the same on every run
     # (grading.determinism, which says why not torch.use_deterministic_algorithms).
     determinism.make_deterministic()
+    # The judge's references run on the contestants' thread count (one unless the batch
+    # says more): beside a contestant on the same cores, a pool of spinning threads per
+    # small fp64 step made Chapter 6's reference loops ten times slower.
+    import torch
+
+    torch.set_num_threads(max(1, launcher.current_limits().threads))
     config._grading = GradingState(config)
     # A process that will run graders (not xdist's controller, not a collect-only run) starts
     # its contestants' zygote now: its `import torch` overlaps the collection.
