@@ -290,7 +290,8 @@ RULES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "13.4": {
         "A full layer keeps the keys and values of its KV heads for every token.": ("stack_full_keys_only",),
-        "A sliding layer keeps them for its last window tokens, and never for more tokens than the sequence has.":
+        "A sliding layer keeps the keys and values of its last window tokens, never of more tokens than the "
+        "sequence has.":
             ("stack_sliding_not_capped",),
         "A latent layer keeps one latent and one RoPE key per token, one copy for all its heads.":
             ("stack_latent_counts_k_and_v",),
