@@ -13,8 +13,11 @@
 - ``ranks``:    Chapter 10's gloo ranks, one contestant each (``run_ranks``).
 - ``measure``:  what a contestant costs, read from outside it (``peak_memory``, ``loopback_bytes``).
 - ``substitute``: each exercise graded alone: what its contestant is sent, and the calls the judge answers.
+- ``dependencies``: graded as a whole, the other exercise a failure comes from, named first.
+- ``diagnosis``: the known mistake behind a failure, matched against the catalogue's stored table.
 - ``replay``:   the student edition's expected values in place of the references (``expected``:
-                how they are stored, keyed and matched).
+                how they are stored, keyed and matched; ``record_file``: the record's file;
+                ``recording``: ``make release``'s run of each chapter's graders that makes it).
 - ``triton_launch``: whether Chapter 7's answer came from its kernel.
 - ``triton_compile``: Chapter 7's compile check, on the kernels' source read here, compiled in a child of its own.
 
