@@ -26,8 +26,8 @@ The chapter is graded once, by its first autograder cell; the others read the re
 nbgrader gives full credit to a grade cell that shows nothing, and none to one that
 writes to stderr; so under nbgrader the cell always shows a number or raises, and
 nothing it runs writes to stderr. As with every nbgrader grade cell, the student's code
-runs in the same kernel before it: the batch grader and the Gradescope autograder, which
-grade in a sandboxed process of their own, are the tamper-resistant doors.
+runs in the same kernel before it: the class run and the Gradescope autograder, whose
+judges never run it and whose contestants run it in the sandbox, are the tamper-resistant doors.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def annotate(nb, stem: str, points: dict[str, float | ExercisePoints], where: st
 
 def exercise_points(chapters: list[Chapter]) -> dict[str, dict[str, ExercisePoints]]:
     """{stem: {exercise: (total, core)}} from the graders themselves, collected by one
-    grading child as ``grading.batch`` collects its plan: a test function is worth its
+    collect-only judge, as the class run (``grading.batch``) collects its plan: a test function is worth its
     ``points`` mark, GPU-only tests included; ``core`` sums the functions marked core."""
     from dataclasses import replace
 
@@ -247,7 +247,7 @@ def autograde(stem: str, exercise: str, points: float) -> float | None:
 
 def find_notebook(stem: str, folder: Path) -> Path:
     """The chapter's notebook in ``folder``: ``stem.ipynb``, or the one notebook there that
-    the batch grader's matching gives the chapter (a renamed assignment)."""
+    the class run's matching gives the chapter (a renamed assignment)."""
     from grading.classroom.matching import match_folder
     from grading.layout import discover_chapters
 

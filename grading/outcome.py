@@ -1,7 +1,7 @@
 """What grading says about one test or one exercise: one vocabulary for every process.
 
 The pytest plugin decides a test's :class:`Status` from the exception itself (never from
-its text); the grading child sends it to the batch grader as a field of a JSON line; the
+its text); the judge sends it to the front door as a field of a typed record; the
 judge's stopped contestants (:mod:`grading.judge`) use the same statuses; the gradebook,
 the feedback and the terminal summary only format them. A process killed by a signal is
 described by :func:`describe_signal` wherever that happens (in the words of
