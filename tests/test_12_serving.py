@@ -430,8 +430,13 @@ for _seed in range(8):
 @pytest.mark.parametrize("name", list(STEP_CASES))
 def test_schedule_step(nb, name):
     running, waiting, free, page, budget = STEP_CASES[name]
-    check_step(nb.schedule_step(running, waiting, free, page, token_budget=budget), running, waiting, free, page,
-               budget)
+    # copies: a step that changes its inputs must not change the next case's
+    got = nb.schedule_step(copied(running), copied(waiting), free, page, token_budget=budget)
+    check_step(got, running, waiting, free, page, budget)
+
+
+def copied(group):
+    return [dict(r) for r in group]
 
 
 def requests_text(group):
@@ -469,7 +474,7 @@ def test_schedule_step_keeps_both_budgets(nb, seed):
     running, waiting, free, page, _ = random_step(seed)
     budget = 6
     call = call_text("schedule_step", running, waiting, free, page, token_budget=budget)
-    got = nb.schedule_step(running, waiting, free, page, token_budget=budget)
+    got = nb.schedule_step(copied(running), copied(waiting), free, page, token_budget=budget)
     expected = ref.schedule_step(running, waiting, free, page, budget)
     by_id = {r["id"]: r for r in running + waiting}
     try:
@@ -487,6 +492,21 @@ def test_schedule_step_keeps_both_budgets(nb, seed):
     if used > free + freed:
         raise GradingFailure(f"{call} granted {used} pages; {free} were free and preemption freed {freed}")
     check_step(got, running, waiting, free, page, budget)
+
+
+@pytest.mark.ex12_5
+def test_schedule_step_leaves_its_inputs_alone(nb):
+    """The running and waiting lists are the engine's: the step says what to do and
+    changes none of them (run_trace applies the grants itself)."""
+    running, waiting, free, page, budget = STEP_CASES["decodes-then-a-chunk-then-a-new-prompt"]
+    running, waiting = [dict(r) for r in running], [dict(r) for r in waiting]
+    before = ([dict(r) for r in running], [dict(r) for r in waiting])
+    call = call_text("schedule_step", running, waiting, free, page, token_budget=budget)
+    got = nb.schedule_step(running, waiting, free, page, token_budget=budget)
+    if (running, waiting) != before:
+        raise GradingFailure(f"{call} changed the requests it was given\n  before: {before}\n  after:  "
+                             f"{(running, waiting)}")
+    check_step(got, *before, free, page, budget)
 
 
 @pytest.mark.ex12_5
@@ -543,8 +563,8 @@ TRACES = {
 def test_run_trace(nb, name):
     requests, num_pages, page, budget = TRACES[name]
     call = call_text("run_trace", requests, num_pages, page, token_budget=budget)
-    check_trace(nb.run_trace(requests, num_pages, page, token_budget=budget), requests, num_pages, page, budget,
-                call)
+    got = nb.run_trace([dict(r) for r in requests], num_pages, page, token_budget=budget)
+    check_trace(got, requests, num_pages, page, budget, call)
 
 
 def check_trace(got, requests, num_pages, page, budget, call):
