@@ -7,8 +7,9 @@ grades:
     front door ──> proc.judges ──> judge.main (pytest + judge.plugin) ──> wire records ──> classroom
     (batch,         (one judge      │  graders, references, hidden tests      (read into one     (rows, gradebook,
     gradescope,     per student     │                                         JudgeReport)       feedback, exports)
-    nbgrader)       and chapter)    └─ nb.f(x) ──> proc.zygote ──> contestant.main (sandbox: loads the
-                                                                   notebook, answers calls; plain values back)
+    nbgrader)       and chapter)    └─ nb.f(x) ──> proc.zygote ──> contestant.zygote ──> contestant.server
+                                                   (sandbox: a fork per exercise loads the notebook,
+                                                   answers calls; plain values back)
 
 The faces, imported from everywhere (each imports only other faces):
 
@@ -33,8 +34,9 @@ The processes, one package each (``tests/meta/test_layering.py`` keeps the lines
 - ``notebook/``:   the notebook as data: regions, loading, the catalogue, files handed in. Runs no process.
 - ``judge/``:      the judge: its main, the pytest plugin, the notebook as a proxy, the references'
                    swap and replay, what it asks of the contestant. Never imports ``classroom/``.
-- ``contestant/``: the process that runs a submission's code: the swap, watches, services,
-                   ranks, isolation. Imports only the faces and ``notebook/``.
+- ``contestant/``: the process that runs a submission's code: its limits, the zygote and the
+                   server of one fork, the swap, watches, services, ranks, isolation. Imports
+                   only the faces and ``notebook/``.
 - ``proc/``:       how every child is started and contained: the sandbox, the zygote, the judges.
 - ``classroom/``:  a class's submissions turned into grades: matching, LMS downloads, late work,
                    rows, the gradebook and its exports, the run's recorded policy, and
