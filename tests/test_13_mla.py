@@ -212,9 +212,10 @@ def test_decode_step_cost(nb, case):
      ((list(DEEPSEEK_V3), 100, "naive"), TypeError, "config"), ((DEEPSEEK_V3, 0, "naive"), ValueError, "seq_len"),
      ((DEEPSEEK_V3, 100, "naive", 1.0), TypeError, "query_tokens"),
      ((DEEPSEEK_V3, 100, "naive", 1, 0), ValueError, "dtype_bytes"), ((DEEPSEEK_V3, 100, "gqa"), ValueError, "config"),
-     (({**DEEPSEEK_V3, "num_attention_heads": 0}, 100, "absorbed"), ValueError, "num_attention_heads")],
+     (({**DEEPSEEK_V3, "num_attention_heads": 0}, 100, "absorbed"), ValueError, "num_attention_heads"),
+     (({**DEEPSEEK_V3, "kv_lora_rank": 512.0}, 100, "absorbed"), TypeError, "kv_lora_rank")],
     ids=["unknown-mode", "gqa-config-for-mla", "list-config", "zero-seq_len", "float-query_tokens",
-         "zero-dtype_bytes", "mla-config-for-gqa", "zero-heads"],
+         "zero-dtype_bytes", "mla-config-for-gqa", "zero-heads", "float-kv_lora_rank"],
 )
 def test_decode_step_cost_rejects_bad_input(nb, args, exc, names):
     assert_raises(nb.decode_step_cost, *args, exc=exc, names=names)
@@ -256,21 +257,23 @@ def test_stack_kv_bytes(nb, case):
 
 @pytest.mark.ex13_4
 @pytest.mark.parametrize(
-    "layers,seq_len,batch_size,exc,names",
-    [([FULL, {"kind": "shared", "source": 1}], 10, 1, ValueError, "layers"),
-     ([FULL, {"kind": "shared", "source": 0}, {"kind": "shared", "source": 1}], 10, 1, ValueError, "layers"),
-     ([{"kind": "global", "num_kv_heads": 8, "head_dim": 128}], 10, 1, ValueError, "layers"),
-     ([{"kind": "sliding", "num_kv_heads": 8, "head_dim": 128}], 10, 1, ValueError, "layers"),
-     ([], 10, 1, ValueError, "layers"), ((FULL,), 10, 1, TypeError, "layers"),
-     ([{**SLIDING, "window": 0}], 10, 1, ValueError, "window"), ([FULL], -1, 1, ValueError, "seq_len"),
+    "layers,seq_len,batch_size,dtype_bytes,exc,names",
+    [([FULL, {"kind": "shared", "source": 1}], 10, 1, 2, ValueError, "layers"),
+     ([FULL, {"kind": "shared", "source": 0}, {"kind": "shared", "source": 1}], 10, 1, 2, ValueError, "layers"),
+     ([{"kind": "global", "num_kv_heads": 8, "head_dim": 128}], 10, 1, 2, ValueError, "layers"),
+     ([{"kind": "sliding", "num_kv_heads": 8, "head_dim": 128}], 10, 1, 2, ValueError, "layers"),
+     ([], 10, 1, 2, ValueError, "layers"), ((FULL,), 10, 1, 2, TypeError, "layers"),
+     ([{**SLIDING, "window": 0}], 10, 1, 2, ValueError, "window"), ([FULL], -1, 1, 2, ValueError, "seq_len"),
      # -2 would be the sliding layer if read from the end of the list, as Python's indexing reads it
-     ([FULL, SLIDING, {"kind": "shared", "source": -2}], 10, 1, ValueError, "source"),
-     ([FULL], 10, 0, ValueError, "batch_size"), ([FULL, "full"], 10, 1, TypeError, "layers")],
+     ([FULL, SLIDING, {"kind": "shared", "source": -2}], 10, 1, 2, ValueError, "source"),
+     ([FULL], 10, 0, 2, ValueError, "batch_size"), ([FULL, "full"], 10, 1, 2, TypeError, "layers"),
+     ([FULL], 10, 1, 0, ValueError, "dtype_bytes")],
     ids=["shared-source-later", "shared-of-shared", "unknown-kind", "missing-window", "empty", "tuple",
-         "zero-window", "negative-seq_len", "negative-source", "zero-batch_size", "a-layer-that-is-no-dict"],
+         "zero-window", "negative-seq_len", "negative-source", "zero-batch_size", "a-layer-that-is-no-dict",
+         "zero-dtype_bytes"],
 )
-def test_stack_kv_bytes_rejects_bad_input(nb, layers, seq_len, batch_size, exc, names):
-    assert_raises(nb.stack_kv_bytes, layers, seq_len, batch_size, exc=exc, names=names)
+def test_stack_kv_bytes_rejects_bad_input(nb, layers, seq_len, batch_size, dtype_bytes, exc, names):
+    assert_raises(nb.stack_kv_bytes, layers, seq_len, batch_size, dtype_bytes, exc=exc, names=names)
 
 
 # -- Exercise 13.5 ----------------------------------------------------------------------
@@ -314,9 +317,10 @@ def test_kv_bytes_per_rank(nb, case):
      ((GQA8, 4, 100, 2), ValueError, "dcp_size"), (({"attention": "mha", "head_dim": 8}, 2, 100), ValueError, "config"),
      (({"attention": "mla", "kv_lora_rank": 512}, 2, 100), ValueError, "config"),
      ((MLA, 0, 100), ValueError, "tp_size"), ((MLA, 2, 100.0), TypeError, "seq_len"),
-     ((["mla", 512, 64], 2, 100), TypeError, "config")],
+     ((["mla", 512, 64], 2, 100), TypeError, "config"), ((MLA, 2, 100, 0), ValueError, "dcp_size"),
+     ((MLA, 2, 100, 1, 0), ValueError, "dtype_bytes")],
     ids=["tp-not-dividing", "dcp-not-dividing-mla", "dcp-without-duplication", "unknown-attention",
-         "missing-rope-key", "zero-tp", "float-seq_len", "list-config"],
+         "missing-rope-key", "zero-tp", "float-seq_len", "list-config", "zero-dcp_size", "zero-dtype_bytes"],
 )
 def test_kv_bytes_per_rank_rejects_bad_input(nb, args, exc, names):
     assert_raises(nb.kv_bytes_per_rank, *args, exc=exc, names=names)

@@ -137,6 +137,9 @@ BUGS = [
     Bug("cost_absorbed_forgets_folds", "13.3", "counts only the attention of the absorbed form and leaves out the "
         "folds of W_UK into every query and of W_UV onto every output",
         old="fold = 2 * s * H * d_nope * r + 2 * s * H * r * d_v", new="fold = 0"),
+    Bug("cost_mla_sizes_unchecked", "13.3", "reads the latent's rank from the config without checking it, so a "
+        "float there gives a float count instead of an error that names the key",
+        old='r = _config_int(config, "kv_lora_rank")', new='r = config["kv_lora_rank"]'),
     Bug("cost_config_values_unchecked", "13.3", "reads the number of heads from the config without checking it, so "
         "a config of 0 heads gets a cost of 0 instead of an error that names the key",
         old='H = _config_int(config, "num_attention_heads")', new='H = config["num_attention_heads"]'),
@@ -153,6 +156,9 @@ BUGS = [
         "serves as both",
         old='numbers.append((layer["kv_lora_rank"] + layer["rope_head_dim"]) * seq_len)',
         new='numbers.append(2 * (layer["kv_lora_rank"] + layer["rope_head_dim"]) * seq_len)'),
+    Bug("stack_dtype_bytes_unchecked", "13.4", "does not check dtype_bytes, so 0 bytes per number gives caches of "
+        "0 bytes instead of an error that names it", old='    _check_int("dtype_bytes", dtype_bytes, 1)\n    if not '
+        'isinstance(layers, list)', new="    if not isinstance(layers, list)"),
     Bug("stack_full_keys_only", "13.4", "counts only the keys of a full layer, not its values",
         old='numbers.append(2 * layer["num_kv_heads"] * layer["head_dim"] * seq_len)',
         new='numbers.append(layer["num_kv_heads"] * layer["head_dim"] * seq_len)'),
@@ -194,6 +200,8 @@ BUGS = [
         "is divided by it, where the heads cannot be split evenly",
         old='            raise ValueError(f"tp_size {tp_size}: one of num_key_value_heads {H_kv} and tp_size '
             'must divide the other")\n', new="            pass\n"),
+    Bug("rank_dtype_bytes_unchecked", "13.5", "does not check dtype_bytes, so 0 bytes per number gives ranks of 0 "
+        "bytes instead of an error that names it", old='    _check_int("dtype_bytes", dtype_bytes, 1)\n', new=""),
     Bug("rank_config_type_unchecked", "13.5", "reads the config without checking that it is a dict, so a list "
         "fails with an AttributeError that names no argument, where the statement says TypeError naming config",
         old='    if not isinstance(config, dict):\n'
@@ -286,7 +294,8 @@ RULES: dict[str, dict[str, tuple[str, ...]]] = {
         "MLA reads r + d_rope numbers per cached token, shared by every head; GQA reads K and V of its H_kv heads.":
             ("cost_latent_bytes_per_head", "cost_rope_key_per_head", "cost_bytes_forget_rope",
              "cost_gqa_counts_only_k"),
-        "Bad arguments raise the errors below, each naming the argument.": ("cost_config_values_unchecked",),
+        "Bad arguments raise the errors below, each naming the argument.": ("cost_config_values_unchecked",
+                                                                            "cost_mla_sizes_unchecked"),
     },
     "13.4": {
         "A full layer keeps the keys and values of its KV heads for every token.": ("stack_full_keys_only",),
@@ -303,7 +312,8 @@ RULES: dict[str, dict[str, tuple[str, ...]]] = {
         "source is the index, counted from 0, of an earlier layer that is not shared; a negative source is an "
         "error.": ("stack_negative_source_accepted", "stack_shared_of_shared_accepted"),
         "Bad arguments raise the errors below, each naming the argument.": ("stack_batch_size_unchecked",
-                                                                            "stack_layer_items_unchecked"),
+                                                                            "stack_layer_items_unchecked",
+                                                                            "stack_dtype_bytes_unchecked"),
     },
     "13.5": {
         "Under GQA a rank holds K and V of the KV heads its query heads read: at least one whole KV head.":
@@ -315,7 +325,8 @@ RULES: dict[str, dict[str, tuple[str, ...]]] = {
         "dcp_size divides D, and one of tp_size and H_kv divides the other: anything else is an error.":
             ("rank_dcp_divides_tp", "rank_tp_divisibility_unchecked"),
         "Bad arguments raise the errors below, each naming the argument.": ("rank_config_read_unchecked",
-                                                                            "rank_config_type_unchecked"),
+                                                                            "rank_config_type_unchecked",
+                                                                            "rank_dtype_bytes_unchecked"),
     },
     "13.6": {
         "out and lse are those of the whole cache: every rank's rows, each at its own position for the causal "
