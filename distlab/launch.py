@@ -164,7 +164,7 @@ def _helper(spec_path: str) -> int:
     import grading.notebook.loader  # noqa: F401
 
     import grading.contestant.swap  # noqa: F401 - imported once here too: every rank binds the swap with it
-    from grading.contestant.main import apply_limits
+    from grading.contestant.limits import apply_limits
 
     apply_limits(json.loads(os.environ.get("GRADING_LIMITS", "{}") or "{}"))
     # A free port for rank 0's rendezvous store, found without starting the store here: a

@@ -7,7 +7,7 @@ import os
 import sys
 
 if os.environ.get("GRADING_LIMITS"):
-    from grading.contestant.main import apply_limits
+    from grading.contestant.limits import apply_limits
 
     apply_limits(json.loads(os.environ["GRADING_LIMITS"]))
 

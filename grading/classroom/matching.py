@@ -26,8 +26,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading.notebook.untrusted import (LINK, digest_untrusted, entry_kind, not_a_regular_file,  # noqa: F401
-                                       read_untrusted, walk_untrusted)
+from grading.notebook.untrusted import LINK, digest_untrusted, entry_kind, not_a_regular_file, walk_untrusted
 from grading.layout import Chapter
 
 # A zip is read, not trusted: only notebooks come out of it, and not too many bytes.

@@ -23,8 +23,6 @@ import os
 import socket
 import sys
 
-from grading.contestant.limits import apply_limits  # noqa: F401  (distlab and gpucompile take it from here)
-
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m grading.contestant.main")

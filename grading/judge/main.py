@@ -222,7 +222,7 @@ def _data_kb() -> int | None:
 
 def limit_memory(spec: dict) -> None:
     """This judge's own memory limit (``judge_memory_mb``, grading.proc.judges.judge_memory_mb),
-    as ``RLIMIT_DATA`` like its contestants' (grading.contestant.main.apply_limits): what it
+    as ``RLIMIT_DATA`` like its contestants' (grading.contestant.limits.apply_limits): what it
     allocates, not the address space torch's libraries reserve. The soft limit only: the
     contestants' zygote is a child of this process and sets its own limit, which may be
     above this one (setrlimit may raise a soft limit up to the hard one, never the hard

@@ -24,7 +24,7 @@ sandbox Flatpak uses), and each contestant adds its own inside (:mod:`grading.co
   and the child keeps that user's uid.
 
 Resource limits (memory, CPU seconds, processes, file size, open files) are set by the
-zygote itself before any student code runs (:func:`grading.contestant.main.apply_limits`).
+zygote itself before any student code runs (:func:`grading.contestant.limits.apply_limits`).
 
 Where ``bwrap`` is missing or not permitted (macOS, a locked-down container), grading
 falls back to plain child processes and says so loudly: :func:`status` gives the line

@@ -51,7 +51,7 @@ class Limits:
     max_open_files: int = 1024
 
     def rlimits(self, cpu: bool = True) -> str:
-        """``GRADING_LIMITS``: what :func:`grading.contestant.main.apply_limits` sets in the child."""
+        """``GRADING_LIMITS``: what :func:`grading.contestant.limits.apply_limits` sets in the child."""
         return json.dumps({"memory_mb": self.memory_mb, "cpu_seconds": self.cpu_seconds if cpu else 0,
                            "file_size_cap": self.file_size_cap, "max_processes": self.max_processes,
                            "max_open_files": self.max_open_files})
@@ -262,7 +262,7 @@ def contain(argv: list[str], work: Path, env: dict, *, show_tests: bool = False)
     """``argv`` and ``env`` for a child that loads the notebook itself (Chapter 7's kernel
     checks, Chapter 10's gloo ranks), in the sandbox of this judge's contestants: the same
     uid, the same folders hidden, ``work`` its only writable folder, and the limits set by
-    the child (``GRADING_LIMITS``, :func:`grading.contestant.main.apply_limits`). ``show_tests``
+    the child (``GRADING_LIMITS``, :func:`grading.contestant.limits.apply_limits`). ``show_tests``
     leaves ``tests/`` visible, for children that import the graders' check functions."""
     from grading.proc import sandbox
 

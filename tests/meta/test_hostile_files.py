@@ -87,8 +87,9 @@ from grading.classroom.rows import (FAILED, OVERRIDDEN, PASSED, PLAIN_NUMBER, RE
                                     csv_value)
 from grading.classroom import lms  # noqa: E402
 from grading.layout import EXERCISES, SOLUTIONS, discover_chapters  # noqa: E402
-from grading.classroom.matching import (list_students, match_folder, name_problem, read_untrusted,  # noqa: E402
-                                        submission_digest, unpack_zip, walk_untrusted)
+from grading.classroom.matching import (list_students, match_folder, name_problem,  # noqa: E402
+                                        submission_digest, unpack_zip)
+from grading.notebook.untrusted import read_untrusted, walk_untrusted  # noqa: E402
 
 STEM = "01_kv_memory"
 SOLVED, UNSOLVED = SOLUTIONS / f"{STEM}.ipynb", EXERCISES / f"{STEM}.ipynb"
