@@ -219,11 +219,15 @@ def schedule_step_states(running, waiting, free_pages, page_size, token_budget=N
     """Before each grant of the step, and after the last: {"budget": tokens left (None:
     no budget), "free_pages": pages free, "preempted": ids preempted so far}."""
     states = []
-    schedule_step(running, waiting, free_pages, page_size, token_budget, states=states)
+    _step(running, waiting, free_pages, page_size, token_budget, states)
     return states
 
 
-def schedule_step(running, waiting, free_pages, page_size, token_budget=None, states=None):
+def schedule_step(running, waiting, free_pages, page_size, token_budget=None):
+    return _step(running, waiting, free_pages, page_size, token_budget, None)
+
+
+def _step(running, waiting, free_pages, page_size, token_budget, states):
     keys = ("id", "arrival", "num_tokens", "computed")
     _check_group("running", running, keys)
     _check_group("waiting", waiting, keys)
