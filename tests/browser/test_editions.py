@@ -61,6 +61,7 @@ class _Page(HTMLParser):
         self._text: list[list[str]] = []
         self._code: list[str] | None = None
         self._defining: list[list[str]] = []
+        self._cells: list[list[str]] = []  # a table cell's text, its paragraphs included
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -80,6 +81,8 @@ class _Page(HTMLParser):
             self._text.append([])
         if tag in self.DEFINING and not skipping:
             self._defining.append([])
+        if tag == "td" and not skipping:
+            self._cells.append([])
         if tag == "pre" and self._code is None:
             self._code = []
 
@@ -88,9 +91,10 @@ class _Page(HTMLParser):
             open_tag, skipping = self._stack.pop()
             if open_tag in self.BLOCKS and not skipping and self._text:
                 self.blocks.append(" ".join("".join(self._text.pop()).split()))
-                self.cells += self.blocks[-1:] if open_tag == "td" else []
             if open_tag in self.DEFINING and not skipping and self._defining:
                 self.defining.append(" ".join("".join(self._defining.pop()).split()))
+            if open_tag == "td" and not skipping and self._cells:
+                self.cells.append(" ".join("".join(self._cells.pop()).split()))
             if open_tag == "pre" and self._code is not None and not any(t == "pre" for t, _s in self._stack):
                 self.code.append("".join(self._code))
                 self._code = None
@@ -104,7 +108,7 @@ class _Page(HTMLParser):
             return
         if self._text:
             self._text[-1].append(data)
-        for open_span in self._defining:
+        for open_span in self._defining + self._cells:
             open_span.append(data)
 
 
@@ -267,7 +271,7 @@ SEARCHED = ("多头潜在注意力", "张量并行", "基数树", "投机解码"
             "解码上下文并行", "首 token 延迟", "首token延迟", "token 间延迟", "KV 缓存", "分页 KV 缓存", "块表",
             "写时复制", "前缀缓存", "分块预填充", "连续批处理", "抢占", "注意力汇聚点", "在线 softmax",
             "环形注意力", "上下文并行", "稀疏注意力", "闪电索引器", "位置插值", "门控 DeltaNet", "脊点", "预填充")
-TOP = 5  # the defining pages must be within this many results past their own number
+TOP = 2  # the defining pages must be within this many results past their own number
 
 
 GLOSSARY_PAGE = f"{LANG}/book/notation.html"  # its table of terms defines each of them
