@@ -45,6 +45,10 @@ The processes, one package each (``tests/meta/test_layering.py`` keeps the lines
 The book's own packages use the grader too: ``modellab`` (models, paths), ``gpucompile``
 (Chapter 7's compile check, run in a child of the contestant's limits) and ``distlab``
 (Chapter 10's gloo ranks, for a reader's notebook: it never reaches ``judge/``).
+
+Layers, lowest first: the faces; ``notebook/`` and ``modellab``; ``contestant/``; ``proc/``
+and ``gpucompile``; ``judge/`` and ``distlab``; ``classroom/``; the commands. No import
+climbs to a higher layer or crosses to another package of its own.
 """
 
 import importlib

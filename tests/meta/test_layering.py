@@ -3,7 +3,8 @@
 The picture lives in one place, ``grading/__init__.py``: its docstring says it in words,
 and :data:`grading.FACES`, :data:`grading.COMMANDS`, :data:`grading.PROCESSES`,
 :data:`grading.LAYERS` and :data:`grading.MAY_IMPORT` say it as data, which this test
-reads (and checks that the words name every package the data names). Every module of
+reads (and checks that the words name every package the data names, and its layers in
+order). Every module of
 ``grading/`` and of the book's packages that import it (``distlab``, ``gpucompile``,
 ``modellab``) is read with ``ast`` (nothing is imported), and every import counts, the
 ones inside functions too:
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -325,6 +327,9 @@ def test_the_words_name_what_the_data_names():
     named = [*grading.FACES, *grading.COMMANDS, *grading.PROCESSES]
     missing = [n for n in named if f"``{n}``" not in words and f"``{n}/``" not in words]
     assert not missing, f"grading/__init__.py's docstring does not name {missing}"
+    layers = words.split("Layers, lowest first:")[1].split(". ")[0]  # "the faces; ``notebook/`` and ..."
+    said = [m.group(1) or m.group(2) for m in re.finditer(r"the (faces|commands)|``(\w+)/?``", layers)]
+    assert said == [area for layer in grading.LAYERS for area in layer], f"the words' layers: {said}"
     packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
     assert packages <= set(grading.PROCESSES) | set(grading.FACES), packages - set(grading.PROCESSES)
 
