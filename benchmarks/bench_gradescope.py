@@ -63,7 +63,7 @@ def measure(base: Path) -> dict:
     from grading import gradescope
     from grading.layout import discover_chapters
     from tests.meta.isolated_python import clean_env, make_isolated_python
-    from tests.meta.test_gradescope import autograder_root
+    from tests.meta.gradescope_harness import autograder_root
 
     # A chapter's time limit well above the default: a busy machine must not end a chapter
     # before its peak (what is measured is memory, not time).

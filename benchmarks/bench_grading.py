@@ -247,7 +247,7 @@ def gradescope_env_peaks(base: Path, whole_stack: bool, chapters: str = GRADER_E
     Returns the process tree's peak per chapter (:func:`tree_peaks`) and results.json."""
     from grading import gradescope
     from tests.meta.isolated_python import clean_env, make_isolated_python
-    from tests.meta.test_gradescope import autograder_root
+    from tests.meta.gradescope_harness import autograder_root
 
     name = "whole" if whole_stack else "grader"
     zip_path = gradescope.build(base / f"build-{name}", chapters=chapters)
@@ -286,7 +286,7 @@ def gradescope_records(base: Path, stems: list[str]) -> list[Record]:
     import nbformat
 
     from grading import gradescope
-    from tests.meta.test_gradescope import SCHEMA, STEM, SUBMISSIONS, autograder_root, run_autograder
+    from tests.meta.gradescope_harness import SCHEMA, STEM, SUBMISSIONS, autograder_root, run_autograder
 
     records = [peak_rss_record(base, stems), grader_env_peak_record(base / "envs")]
     zip_path = gradescope.build(base / "build", chapters="1")

@@ -37,13 +37,11 @@ import pytest
 from grading import gradescope
 from grading.classroom.results import FAILURE_TEST
 from grading.notebook.catalogue import load_catalogue
-from grading.layout import EXERCISES, SOLUTIONS, TESTS
 from grading.pins import grader_requirements
+from tests.meta.gradescope_harness import (MISTAKE, MISTAKE3, SCHEMA, STEM, STEM3, SUBMISSIONS, autograder_root,
+                                           mistaken, run_autograder, solution, stub)
 from tests.meta.isolated_python import assert_isolated, clean_env, make_isolated_python
 
-STEM = "01_kv_memory"
-STEM3 = "03_quantized_kv_cache"
-SCHEMA = json.loads((TESTS / "gradescope_results.schema.json").read_text())
 HIDDEN_TEST = '''
 import pytest
 
@@ -53,37 +51,6 @@ def test_secret_hidden_case_name(nb):
     assert nb.kv_bytes_per_token(1, 1, 1, "fp16") == 4, "HIDDEN-ASSERTION-DETAIL"
 '''
 pytestmark = pytest.mark.timeout(1500)
-MISTAKE = "gb_for_gib"  # Exercise 1.3
-MISTAKE3 = "zero_point_not_applied_on_dequantize"  # Exercise 3.2
-
-
-def _solution(stem):
-    return nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4)
-
-
-def _stub(stem):
-    return nbformat.read(EXERCISES / f"{stem}.ipynb", as_version=4)
-
-
-def _crashing(stem):
-    nb = _solution(stem)
-    nb.cells.insert(2, nbformat.v4.new_code_cell("import os\nos._exit(3)"))
-    return nb
-
-
-def _mistaken(stem, name):
-    """The solution with one known mistake of the catalogue."""
-    bug = next(b for b in load_catalogue(stem) if b.name == name)
-    return bug.apply(_solution(stem), f"{stem}.ipynb")
-
-
-# Each submission: chapter stem -> the notebook it hands in.
-SUBMISSIONS = {
-    "solved": {STEM: lambda: _solution(STEM), STEM3: lambda: _solution(STEM3)},
-    "unsolved": {STEM: lambda: _stub(STEM), STEM3: lambda: _stub(STEM3)},
-    "crashing": {STEM: lambda: _crashing(STEM), STEM3: lambda: _solution(STEM3)},
-    "mistaken": {STEM: lambda: _mistaken(STEM, MISTAKE), STEM3: lambda: _mistaken(STEM3, MISTAKE3)},
-}
 
 
 # What setup.sh installs for a zip without Chapters 7 and 8: the grader's common pins.
@@ -108,26 +75,6 @@ def built(tmp_path_factory):
     (hidden / f"test_{STEM}_hidden.py").write_text(HIDDEN_TEST)
     zip_path = gradescope.build(base / "build", chapters="1,3", extra_tests=hidden)
     return {"base": base, "zip": zip_path}
-
-
-def autograder_root(zip_path: Path, root: Path) -> Path:
-    """What Gradescope makes of the zip: /autograder/source and /autograder/run_autograder."""
-    with zipfile.ZipFile(zip_path) as zf:
-        zf.extractall(root / "source")
-        for info in zf.infolist():  # zipfile drops the permissions: restore the executable bits
-            mode = info.external_attr >> 16
-            if mode & stat.S_IXUSR:
-                os.chmod(root / "source" / info.filename, 0o755)
-    shutil.copy2(root / "source" / "run_autograder", root / "run_autograder")
-    (root / "submission").mkdir()
-    return root
-
-
-def run_autograder(root: Path, python: Path) -> subprocess.CompletedProcess:
-    """run_autograder as Gradescope runs it, from outside the checkout, with ``python``
-    standing in for the ``.venv`` that setup.sh makes in ``source/``."""
-    return subprocess.run(["bash", str(root / "run_autograder")], capture_output=True, text=True,
-                          env=clean_env(AUTOGRADER_PYTHON=str(python)), cwd=root, timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -315,9 +262,9 @@ def test_schema_rejects_what_gradescope_would():
 
 # -- every chapter: what Chapters 7 and 10 import travels with the zip ------------------------------
 ALL_SUBMISSION = {
-    "10_context_parallel": lambda: _solution("10_context_parallel"),  # distlab's gloo ranks, at grading time
-    "07_triton_kernels": lambda: _stub("07_triton_kernels"),  # its graders import gpucompile to be collected
-    STEM: lambda: _mistaken(STEM, MISTAKE),
+    "10_context_parallel": lambda: solution("10_context_parallel"),  # distlab's gloo ranks, at grading time
+    "07_triton_kernels": lambda: stub("07_triton_kernels"),  # its graders import gpucompile to be collected
+    STEM: lambda: mistaken(STEM, MISTAKE),
 }
 
 
@@ -398,7 +345,7 @@ def test_a_late_submission_loses_the_zips_late_penalty(tmp_path, isolated):
     zip_path = gradescope.build(tmp_path / "build", chapters="1", late_penalty="0.25")
     assert json.loads(zipfile.ZipFile(zip_path).read("gradescope.json"))["late_penalty"] == "0.25"
     root = autograder_root(zip_path, tmp_path / "root")
-    nbformat.write(_solution(STEM), root / "submission" / f"{STEM}.ipynb")
+    nbformat.write(solution(STEM), root / "submission" / f"{STEM}.ipynb")
     (root / "submission_metadata.json").write_text(json.dumps({
         "created_at": "2026-12-03T05:59:00.000000+00:00",
         "assignment": {"due_date": "2026-11-30T23:59:00.000000+00:00", "title": "Chapter 1"},
@@ -509,7 +456,7 @@ def test_a_judge_killed_by_the_oom_killer_shows_the_instructor_not_a_zero_for_th
     _kill_the_judge_as_the_oom_killer_does(monkeypatch)
     root = tmp_path / "root"
     (root / "submission").mkdir(parents=True)
-    nbformat.write(_solution(STEM), root / "submission" / f"{STEM}.ipynb")
+    nbformat.write(solution(STEM), root / "submission" / f"{STEM}.ipynb")
     results = gradescope.grade(root, chapters="1")
     jsonschema.validate(results, SCHEMA)
     assert json.loads((root / "results" / "results.json").read_text()) == results
