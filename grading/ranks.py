@@ -29,6 +29,7 @@ class CallResult:
     bytes_sent: int = 0  # bytes of the tensors handed to torch.distributed.isend / send
     sends: int = 0  # how many tensors were sent
     seconds: float = 0.0  # wall time of the call in this rank (meaningless on a loaded 2-core machine)
+    peak: object = None  # the judge's measure of the rank's memory during the call (grading.judge.measure.Peak)
 
 
 @dataclass

@@ -420,9 +420,11 @@ def ring_inputs(P):
     return cases, calls
 
 
-def run_ring(nb, P, calls):
-    """Every rank's results, or the failure a student reads (not implemented, a deadlock)."""
-    results = run_ranks(nb, "ring_attention", P, calls, op_timeout=OP_TIMEOUT_S, timeout=RUN_TIMEOUT_S)
+def run_ring(nb, P, calls, measure=False):
+    """Every rank's results, or the failure a student reads (not implemented, a deadlock);
+    with ``measure``, each call's peak memory, read from outside the rank."""
+    results = run_ranks(nb, "ring_attention", P, calls, op_timeout=OP_TIMEOUT_S, timeout=RUN_TIMEOUT_S,
+                        measure=measure)
     try:
         raise_for_failures(results)
     except RanksFailed as exc:
@@ -507,6 +509,63 @@ def test_ring_attention_on_gloo_sends_only_the_ring_bytes(nb):
             f"{WIRE_SLACK - 1:.0%} beside them",
             {"kind": "message", "text": f"ring_attention on {P} gloo processes sent more than {WIRE_SLACK}x the ring's "
                                         "bytes"})
+
+
+# Memory, measured by the judge from outside each rank (grading.judge.measure): from 3 ranks
+# on, a ring rank holds its own shard (its caller keeps the inputs), the block it folds and
+# the one in flight, whatever the number of ranks; a rank that gathers every shard holds P
+# of them. So the same shards are run on 3 and on 4 ranks and the ranks' peaks compared:
+# K and V are 32 MiB per rank, so gathering every shard adds 32 MiB or more per rank from 3
+# ranks to 4, and the solution's ring adds under 1 MiB. What a correct ring spends beside
+# (temporaries, a copy in fp64, gloo's buffers) is the same on 3 ranks as on 4, so the bound
+# is the growth, not an amount; the least rank of each run is compared, since the rank that
+# hosts the group's store may hold a few MiB more in one run than in another.
+GROWTH_CASE = (1, 1, 1, 64, 65536)  # B, H, H_kv, tokens per rank, D; fp32, no mask, contiguous shards
+GROWTH_RANKS = (3, 4)
+GROWTH_ALLOWED = 16 * 2**20  # half of the least that gathering adds from 3 ranks to 4
+GROWTH_ROWS = 8  # query rows per rank compared with the reference
+
+
+def ring_peaks(nb, P, q, k, v, n):
+    """Each rank's peak memory during its call on P ranks (the values checked first)."""
+    calls = [[((q[:, :, r * n:(r + 1) * n].clone(), k[:, :, r * n:(r + 1) * n].clone(),
+                v[:, :, r * n:(r + 1) * n].clone()), {"layout": "contiguous", "causal": False})] for r in range(P)]
+    try:
+        results = run_ring(nb, P, calls, measure=True)
+    except Unmeasurable as exc:
+        pytest.skip(f"the ranks' memory cannot be measured here: {exc}")
+    for res in results:
+        rows = slice(res.rank * n, res.rank * n + GROWTH_ROWS)
+        expected = ref.attention_fp64(q[:, :, rows], k[:, :, :P * n], v[:, :, :P * n], causal=False)
+        call = f"rank {res.rank} of {P}: " + call_text("ring_attention", *calls[res.rank][0][0], layout="contiguous",
+                                                       causal=False)
+        got = res.calls[0].value
+        got = (got[0][:, :, :GROWTH_ROWS], got[1][:, :, :GROWTH_ROWS]) if isinstance(got, tuple) and len(got) == 2 \
+            and all(isinstance(t, torch.Tensor) and t.dim() >= 3 for t in got) else got
+        check_pair(got, expected, call + f" [its first {GROWTH_ROWS} rows]", torch.float32,
+                   atol=RING_ATOL[torch.float32])
+    return [res.calls[0].peak for res in results]
+
+
+@pytest.mark.ex10_6
+@pytest.mark.timeout(2 * RUN_TIMEOUT_S + 25)
+def test_ring_attention_holds_no_more_on_more_ranks(nb):
+    """No rank holds every shard: a rank's peak memory, read by the judge from outside it,
+    does not grow with the number of ranks."""
+    B, H, H_kv, n, D = GROWTH_CASE
+    q, k, v = make_qkv(B, H, H_kv, max(GROWTH_RANKS) * n, D, torch.float32, seed=7)
+    fewer, more = (min(ring_peaks(nb, P, q, k, v, n), key=lambda peak: peak.bytes) for P in GROWTH_RANKS)
+    if more.bytes - fewer.bytes > GROWTH_ALLOWED:
+        mib, shard = 2**20, 2 * B * H_kv * n * D * 4
+        raise GradingFailure(
+            f"ring_attention's ranks held {fewer.bytes / mib:.0f} MiB at their peak on {GROWTH_RANKS[0]} gloo "
+            f"processes and {more.bytes / mib:.0f} MiB on {GROWTH_RANKS[1]}, measured by the {more.how} (K and V of a "
+            f"shard: {shard / mib:.0f} MiB): a ring rank holds its own shard and the blocks it folds and passes on, "
+            f"whatever the number of ranks, so its memory may grow by no more than {GROWTH_ALLOWED / mib:.0f} MiB; a "
+            f"rank that gathers every shard grows by {shard / mib:.0f} MiB or more",
+            # what diagnosis compares: the bound, not the measured MiB, which move from run to run
+            {"kind": "message", "text": f"ring_attention's ranks hold more on {GROWTH_RANKS[1]} gloo processes than "
+                                        f"on {GROWTH_RANKS[0]}"})
 
 
 @pytest.mark.ex10_6

@@ -9,7 +9,8 @@ here hands in the solution with one cell appended:
 - 5.5 computing the whole score matrix in NumPy, which no torch watch sees;
 - 13.2 "absorbed" decode that up-projects the whole cache, 13.1's naive formula;
 - 10.6 gathering every shard with ``all_gather`` and sending the ring's exact byte count
-  around the ring as padding;
+  around the ring as padding (the bytes on the wire), and gathering every shard without
+  padding, attended at once or folded one by one (each rank's memory from 3 ranks to 4);
 - a NaN on the way in 3.1, a reallocated buffer in 4.2, and 10.6 gathering every shard
   without padding (as many bytes as the ring, none through ``isend``), each with its
   inside check forged (the watch made blind, ``torch.Tensor.data_ptr`` made constant,
@@ -99,6 +100,24 @@ def ring_attention(q, k, v, layout="zigzag", causal=True):
         for w in _dist.batch_isend_irecv(ops):
             w.wait()
     return _torch.exp(s - lse[..., None]) @ V, lse
+'''
+# All shards gathered, each folded in turn with the chapter's ring step: the least a gathering
+# rank can hold, P shards of K and V.
+GATHER_THEN_FOLD = '''
+import math as _math
+import torch as _torch
+import torch.distributed as _dist
+
+def ring_attention(q, k, v, layout="zigzag", causal=True):
+    P, r, n = _dist.get_world_size(), _dist.get_rank(), q.shape[2]
+    ks, vs = [_torch.empty_like(k) for _ in range(P)], [_torch.empty_like(v) for _ in range(P)]
+    _dist.all_gather(ks, k.contiguous())
+    _dist.all_gather(vs, v.contiguous())
+    q_pos = shard_positions(P * n, P, r, layout)
+    out, lse = _torch.zeros_like(q), _torch.full(q.shape[:-1], -_math.inf, dtype=q.dtype)
+    for j in range(P):
+        out, lse = ring_step(q, ks[j], vs[j], q_pos, shard_positions(P * n, P, j, layout), out, lse, causal)
+    return out, lse
 '''
 NAN_ON_THE_WAY = '''
 _q8 = quantize_int8
@@ -205,7 +224,10 @@ def _failed(outcomes: dict[str, str], test: str) -> list[str]:
     ("13_mla", "never_up_projects", NAIVE_AS_ABSORBED, "test_mla_attention_absorbed_never_up_projects_the_cache"),
     ("10_context_parallel", "sends_only_the_ring_bytes", GATHER_THEN_PAD,
      "test_ring_attention_on_gloo_sends_only_the_ring_bytes"),
-], ids=["5.5-numpy-score-matrix", "13.2-naive-as-absorbed", "10.6-gather-then-pad"])
+    ("10_context_parallel", "holds_no_more", GATHER_WITHOUT_PADDING, "test_ring_attention_holds_no_more_on_more_ranks"),
+    ("10_context_parallel", "holds_no_more", GATHER_THEN_FOLD, "test_ring_attention_holds_no_more_on_more_ranks"),
+], ids=["5.5-numpy-score-matrix", "13.2-naive-as-absorbed", "10.6-gather-then-pad", "10.6-gather-without-padding",
+        "10.6-gather-then-fold"])
 def test_a_rule_about_how_is_measured_from_outside(tmp_path, stem, select, cell, test):
     """The values are right, so every case of the measured test must fail on the measure."""
     outcomes = grade(tmp_path, stem, select, cell)
