@@ -22,8 +22,8 @@ from pathlib import Path
 import nbformat
 
 from benchmarks.records import Record, median_ratio
-from grading.notebook.catalogue import load_catalogue
 from grading.layout import ROOT, SOLUTIONS, discover_chapters
+from grading.notebook.catalogue import load_catalogue
 
 COST_CHAPTER = "01_kv_memory"
 COST_ROUNDS = 3

@@ -62,8 +62,8 @@ def measure(base: Path) -> dict:
     from benchmarks.results import machine
     from grading import gradescope
     from grading.layout import discover_chapters
-    from tests.meta.isolated_python import clean_env, make_isolated_python
     from tests.meta.gradescope_harness import autograder_root
+    from tests.meta.isolated_python import clean_env, make_isolated_python
 
     # A chapter's time limit well above the default: a busy machine must not end a chapter
     # before its peak (what is measured is memory, not time).

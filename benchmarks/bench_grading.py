@@ -54,10 +54,8 @@ import time
 from pathlib import Path
 
 from benchmarks.records import Record, median_ratio
+from grading.layout import ROOT, discover_chapters
 from grading.proc import sandbox
-from grading.layout import discover_chapters
-from grading.layout import ROOT
-
 
 
 def _submissions(folder: Path, count: int, stems: list[str]) -> Path:
@@ -246,8 +244,8 @@ def gradescope_env_peaks(base: Path, whole_stack: bool, chapters: str = GRADER_E
     the author's ``requirements.txt``), not this checkout (tests/meta/isolated_python.py).
     Returns the process tree's peak per chapter (:func:`tree_peaks`) and results.json."""
     from grading import gradescope
-    from tests.meta.isolated_python import clean_env, make_isolated_python
     from tests.meta.gradescope_harness import autograder_root
+    from tests.meta.isolated_python import clean_env, make_isolated_python
 
     name = "whole" if whole_stack else "grader"
     zip_path = gradescope.build(base / f"build-{name}", chapters=chapters)

@@ -49,8 +49,8 @@ import time
 from pathlib import Path
 
 from benchmarks.records import Record, median_ratio
-from grading.proc import sandbox
 from grading.layout import ROOT, discover_chapters
+from grading.proc import sandbox
 
 
 def run() -> list[Record]:

@@ -27,9 +27,9 @@ from pathlib import Path
 import nbformat
 
 from benchmarks.records import Record
-from grading.notebook.catalogue import load_catalogue
 from grading.judge.diagnosis import load_table
 from grading.layout import RELEASE, SOLUTIONS, discover_chapters
+from grading.notebook.catalogue import load_catalogue
 
 KNOWN = "This looks like a known mistake: "
 

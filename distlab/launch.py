@@ -161,9 +161,8 @@ def _helper(spec_path: str) -> int:
     import torch  # noqa: F401 - imported once here, inherited by every rank
     import torch.distributed  # noqa: F401
 
-    import grading.notebook.loader  # noqa: F401
-
     import grading.contestant.swap  # noqa: F401 - imported once here too: every rank binds the swap with it
+    import grading.notebook.loader  # noqa: F401
     from grading.contestant.limits import apply_limits
 
     apply_limits(json.loads(os.environ.get("GRADING_LIMITS", "{}") or "{}"))

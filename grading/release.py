@@ -52,7 +52,16 @@ from pathlib import Path
 
 from grading.judge.recording import EXPECTED, record
 from grading.layout import (
-    BUILD, DIAGNOSIS, EXERCISES, REFERENCES, RELEASE, ROOT, SOLUTIONS, TESTS, cell_source, discover_chapters,
+    BUILD,
+    DIAGNOSIS,
+    EXERCISES,
+    REFERENCES,
+    RELEASE,
+    ROOT,
+    SOLUTIONS,
+    TESTS,
+    cell_source,
+    discover_chapters,
 )
 from grading.notebook.regions import find_regions
 from grading.pins import pins

@@ -7,7 +7,7 @@
 """
 
 from modellab.attention import dense_attention
-from modellab.caches import (DenseCache, ModelCache, PagedLayerView, PagedPool, TokenQuantizedCache, WindowCache)
+from modellab.caches import DenseCache, ModelCache, PagedLayerView, PagedPool, TokenQuantizedCache, WindowCache
 from modellab.decode import Llama
 from modellab.load import ModelConfig, ModelNotInstalled, is_installed, load_model, model_config
 from modellab.perplexity import perplexity

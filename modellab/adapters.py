@@ -20,7 +20,6 @@ import torch
 from grading.layout import ROOT
 from modellab.caches import PagedLayerView, PagedPool, TokenQuantizedCache, WindowCache
 
-
 # The names each experiment needs from a chapter's solution notebook.
 NEEDS = {
     "01_kv_memory": ("kv_bytes_per_token",),

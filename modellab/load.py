@@ -22,6 +22,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
 from grading.layout import ROOT
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

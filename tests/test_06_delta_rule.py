@@ -25,8 +25,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from grading.compare import (GradingFailure, assert_close, assert_equal, assert_raises, call_text, observed_tensor,
-                             relative_rms_error)
+from grading.compare import (
+    GradingFailure,
+    assert_close,
+    assert_equal,
+    assert_raises,
+    call_text,
+    observed_tensor,
+    relative_rms_error,
+)
 from tests.references import ref_06_delta_rule as ref
 
 

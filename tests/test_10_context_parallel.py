@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from distlab.launch import RanksFailed, raise_for_failures
-from grading.judge import Unmeasurable, loopback_bytes, run_ranks
 from grading.compare import GradingFailure, assert_close, assert_equal, assert_raises, call_text
+from grading.judge import Unmeasurable, loopback_bytes, run_ranks
 from tests.references import ref_10_context_parallel as ref
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64}

@@ -11,8 +11,8 @@ import math
 import pytest
 import torch
 
-from grading.compare import GradingFailure, assert_close, assert_equal, assert_raises, call_text
 from grading.alternatives import heads_grouped_modulo, recognise, record_alternatives
+from grading.compare import GradingFailure, assert_close, assert_equal, assert_raises, call_text
 from tests.references import ref_11_sparse_attention as ref
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64}

@@ -189,7 +189,6 @@ def book_template() -> list[str]:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
     sys.path.insert(0, str(CONF_DIR))
     import conf  # book/i18n/conf.py: the settings the build uses
-
     from myst_nb.core.config import NbParserConfig
 
     defaults = NbParserConfig()  # MyST-NB's settings, as the build has them unless conf sets them

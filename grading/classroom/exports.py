@@ -10,8 +10,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-
-from grading.classroom.rows import graded_chapters, Row, csv_row, exercise_order, num
+from grading.classroom.rows import Row, csv_row, exercise_order, graded_chapters, num
 
 
 # -- the wide export and the roster -------------------------------------------------------

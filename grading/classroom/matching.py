@@ -26,8 +26,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading.notebook.untrusted import LINK, digest_untrusted, entry_kind, not_a_regular_file, walk_untrusted
 from grading.layout import Chapter
+from grading.notebook.untrusted import LINK, digest_untrusted, entry_kind, not_a_regular_file, walk_untrusted
 
 # A zip is read, not trusted: only notebooks come out of it, and not too many bytes.
 MAX_ZIP_NOTEBOOK_BYTES = 200 * 2**20

@@ -14,8 +14,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from grading.classroom import gradebook as gb
-from grading.classroom.grade import (Grader, Task, fingerprint, hidden_tests, os_error_text, submission_rows,
-    submission_tasks)
+from grading.classroom.grade import (
+    Grader,
+    Task,
+    fingerprint,
+    hidden_tests,
+    os_error_text,
+    submission_rows,
+    submission_tasks,
+)
 from grading.classroom.matching import name_problem, submission_digest
 from grading.classroom.rows import NOTE, REVIEW, Row
 from grading.classroom.state import INTERRUPTED, ClassRun, Stop

@@ -15,8 +15,8 @@ from typing import Callable
 
 from grading.classroom.config import ClassConfig
 from grading.classroom.exports import CanvasAssignment, Student
-from grading.classroom.gradebook import Gradebook, Override
 from grading.classroom.grade import Grader
+from grading.classroom.gradebook import Gradebook, Override
 from grading.classroom.lms import LmsStudent
 from grading.classroom.matching import Chapter, Submission
 from grading.classroom.policy import Resolved

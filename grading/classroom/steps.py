@@ -13,8 +13,14 @@ import sys
 
 from grading.classroom import gradebook as gb
 from grading.classroom import late, lms, policy
-from grading.classroom.exports import (canvas_columns, match_roster, read_canvas_assignments, read_canvas_map,
-    read_roster, unmapped_chapters)
+from grading.classroom.exports import (
+    canvas_columns,
+    match_roster,
+    read_canvas_assignments,
+    read_canvas_map,
+    read_roster,
+    unmapped_chapters,
+)
 from grading.classroom.grade import open_submission
 from grading.classroom.matching import list_students
 from grading.classroom.state import BAD_INPUT, ClassRun, Stop

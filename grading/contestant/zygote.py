@@ -67,9 +67,9 @@ def _import_shared() -> None:
     import numpy  # noqa: F401
 
     import grading.compare  # noqa: F401
-    import grading.notebook.loader  # noqa: F401
-    import grading.contestant.swap  # noqa: F401
     import grading.contestant.server  # noqa: F401
+    import grading.contestant.swap  # noqa: F401
+    import grading.notebook.loader  # noqa: F401
 
     # As the judge does (grading.judge.plugin): memory a notebook allocates and never writes
     # reads as NaN or the largest integer, the same on every run.

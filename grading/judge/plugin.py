@@ -33,9 +33,12 @@ from grading.proc.zygote import IN_PROCESS
 launcher.head_start()
 
 from grading import determinism
-from grading.judge import diagnosis, preload  # the model loaded before the first test's clock
-from grading.judge import replay
-from grading.judge import substitute  # each exercise graded alone (fixture + hook)
+from grading.judge import (
+    diagnosis,
+    preload,  # the model loaded before the first test's clock
+    replay,
+    substitute,  # each exercise graded alone (fixture + hook)
+)
 from grading.judge.loading import Notebooks
 from grading.judge.messages import brief_failure, cell_did_not_run, raised_where, student_message, variant_of
 from grading.judge.points import Points

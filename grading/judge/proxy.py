@@ -27,14 +27,20 @@ import tempfile
 from pathlib import Path
 
 from grading import wire
+from grading.compare import GradingFailure
+from grading.judge.session import (
+    CALL_TIMEOUT_S,
+    AnswerTooLarge,
+    ContestantBroken,
+    ContestantCrashed,
+    Session,
+    judge_limit,
+)
+from grading.notebook.loader import CellDidNotRun, NotebookLoadError, NotImplementedExercise
 from grading.notebook.untrusted import read_submission
 from grading.proc.zygote import Launcher, launcher
-from grading.compare import GradingFailure
-from grading.wire import LoadReport, Spawn
-from grading.judge.session import (CALL_TIMEOUT_S, AnswerTooLarge, ContestantBroken, ContestantCrashed, Session,
-                                   judge_limit)
-from grading.notebook.loader import CellDidNotRun, NotebookLoadError, NotImplementedExercise
-from grading.wire import CellProblem
+from grading.wire import CellProblem, LoadReport, Spawn
+
 
 # -- the proxies ----------------------------------------------------------------------------------
 class Remote:

@@ -17,9 +17,9 @@ import time
 
 from grading import wire
 from grading.compare import GradingFailure
-from grading.wire import LoadReport, Spawn
 from grading.notebook.loader import NotebookLoadError
 from grading.proc.zygote import Launcher, ZygoteUnavailable
+from grading.wire import LoadReport, Spawn
 
 CALL_TIMEOUT_S = float(os.environ.get("GRADING_CALL_TIMEOUT", 120))  # one call into the notebook
 # Requests that only read (a global, an attribute, whether a name exists); see Session.request.

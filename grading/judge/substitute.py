@@ -85,9 +85,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading.layout import TESTS, cell_source, chapter_of_test_file, exercise_of_marker
 from grading.contestant.swap import Beside, Calling, resolve, swap_announced, swap_in
 from grading.judge import answers, replay
+from grading.layout import TESTS, cell_source, chapter_of_test_file, exercise_of_marker
 from grading.notebook.owners import read_table
 from grading.notebook.regions import replace_regions, stub_lines
 

@@ -30,9 +30,9 @@ from pathlib import Path
 import nbformat
 
 from grading import wire
-from grading.wire import CellProblem
 from grading.layout import ROOT, cell_source
 from grading.outcome import out_of_memory
+from grading.wire import CellProblem
 
 SKIP_TAG = "skip-grading"
 MAX_CAPTURED_CHARS = 20_000  # a flood of prints must not flood the report

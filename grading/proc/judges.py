@@ -33,7 +33,6 @@ from grading.proc.env import child_env
 from grading.wire import ExitRecord, SetupRecord, WireError
 from grading.wire.report import JudgeReport, read_report
 
-
 _live: set[int] = set()  # process groups of the children running now (killed on Ctrl-C)
 _live_lock = threading.Lock()
 OUTPUT_CAP = 64 * 1024  # bytes of a child's stdout+stderr that are kept
@@ -196,8 +195,8 @@ def run_child(spec: dict, *, timeout: float, memory_mb: int, threads: int = 1, c
     notebooks, hidden = work / "notebooks", work / "hidden"
     notebooks.mkdir(parents=True)
     try:
-        from grading.notebook.untrusted import read_submission
         from grading.notebook.loader import NotebookLoadError
+        from grading.notebook.untrusted import read_submission
 
         for name, source in spec.get("notebook_files", {}).items():
             try:  # a regular file only: a link is never followed to what it names

@@ -31,12 +31,41 @@ An exception crosses as :class:`RemoteError` (its type's name, its built-in base
 the message, where in the notebook it was raised).
 """
 
-from grading.wire.frames import (BUFFERS_CAP, HEADER_CAP, LOGICAL_CAP, MAX_DEPTH, MAX_ITEMS, MESSAGE_TEXT_CAP,
-                                 SMALL, ChannelClosed, WireError, receive, send)
-from grading.wire.records import (BUILTIN_ERRORS, EXIT_STATUSES, CellProblem, ExitRecord, LoadReport, RemoteError,
-                                  SetupRecord, Spawn, cell_problems)
-from grading.wire.values import (ALLOWED_CALLABLES, Decoder, Encoder, RefusedValue, callable_name, dtype_name,
-                                 refused, resolve_callable, torch_dtype)
+from grading.wire.frames import (
+                                 BUFFERS_CAP,
+                                 HEADER_CAP,
+                                 LOGICAL_CAP,
+                                 MAX_DEPTH,
+                                 MAX_ITEMS,
+                                 MESSAGE_TEXT_CAP,
+                                 SMALL,
+                                 ChannelClosed,
+                                 WireError,
+                                 receive,
+                                 send,
+)
+from grading.wire.records import (
+                                 BUILTIN_ERRORS,
+                                 EXIT_STATUSES,
+                                 CellProblem,
+                                 ExitRecord,
+                                 LoadReport,
+                                 RemoteError,
+                                 SetupRecord,
+                                 Spawn,
+                                 cell_problems,
+)
+from grading.wire.values import (
+                                 ALLOWED_CALLABLES,
+                                 Decoder,
+                                 Encoder,
+                                 RefusedValue,
+                                 callable_name,
+                                 dtype_name,
+                                 refused,
+                                 resolve_callable,
+                                 torch_dtype,
+)
 
 __all__ = ["ALLOWED_CALLABLES", "BUFFERS_CAP", "BUILTIN_ERRORS", "HEADER_CAP", "LOGICAL_CAP", "MAX_DEPTH", "MAX_ITEMS",
            "MESSAGE_TEXT_CAP", "SMALL", "EXIT_STATUSES", "CellProblem", "ChannelClosed", "Decoder", "Encoder",

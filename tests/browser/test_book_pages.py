@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import urldefrag, urlparse
 
 import pytest
+
 from grading.layout import ROOT
 
 HTML = ROOT / "_build" / "html"

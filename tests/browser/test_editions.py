@@ -24,9 +24,9 @@ import re
 from html.parser import HTMLParser
 
 import pytest
-from grading.layout import ROOT
 
-from tests.browser.test_book_pages import CHROMEDRIVER, CHROMIUM, HTML, MATH_TIMEOUT_S, browser, server, pages  # noqa: F401
+from grading.layout import ROOT
+from tests.browser.test_book_pages import CHROMEDRIVER, CHROMIUM, HTML, MATH_TIMEOUT_S, browser, pages, server  # noqa: F401
 from tools.i18n import glossary
 from tools.i18n_search import compound_key, defined_terms, search_compounds, search_words
 from tools.i18n_terms import TERMS

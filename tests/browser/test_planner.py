@@ -25,7 +25,14 @@ from urllib.parse import urlencode
 import pytest
 
 from tests.browser.test_book_pages import (  # noqa: F401  (the browser fixture)
-    CHROMEDRIVER, CHROMIUM, MATH_TIMEOUT_S, PHONE_HEIGHT_PX, PHONE_WIDTH_PX, SHOTS, browser)
+    CHROMEDRIVER,
+    CHROMIUM,
+    MATH_TIMEOUT_S,
+    PHONE_HEIGHT_PX,
+    PHONE_WIDTH_PX,
+    SHOTS,
+    browser,
+)
 from tests.browser.test_book_pages import HTML as BOOK_HTML
 
 # The built book; PLANNER_HTML names another build of it (a book of this page alone).

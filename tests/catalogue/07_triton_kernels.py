@@ -14,7 +14,6 @@ can catch them. The last ones misread the compiler's report (Exercises 7.6 and 7
 
 from grading.notebook.catalogue import Bug
 
-
 # Where a diagnosis sends the student: the title of the section that teaches each exercise.
 SECTIONS = {
     '7.1': "Triton's programming model",

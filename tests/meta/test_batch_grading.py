@@ -18,9 +18,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading.classroom.rows import Row, graded_rows, one_line
 from grading.classroom.grade import structure_review
 from grading.classroom.matching import Chapter, match_folder, match_name, normalize
+from grading.classroom.rows import Row, graded_rows, one_line
 from grading.outcome import TestOutcome
 from grading.wire.records import PlannedTest
 

@@ -9,11 +9,11 @@ import sys
 import nbformat
 import pytest
 
-from grading.notebook import owners
 from grading import alternatives
 from grading.judge import diagnosis
-from grading.notebook.catalogue import load_catalogue, load_sections
 from grading.layout import ROOT, SOLUTIONS, TESTS, discover_chapters
+from grading.notebook import owners
+from grading.notebook.catalogue import load_catalogue, load_sections
 
 MISTAKE = "This looks like a known mistake"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+
 from grading.layout import ROOT
 
 CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))

@@ -38,8 +38,19 @@ from grading import gradescope
 from grading.classroom.results import FAILURE_TEST
 from grading.notebook.catalogue import load_catalogue
 from grading.pins import grader_requirements
-from tests.meta.gradescope_harness import (MISTAKE, MISTAKE3, SCHEMA, STEM, STEM3, SUBMISSIONS, autograder_root,
-                                           mistaken, run_autograder, solution, stub)
+from tests.meta.gradescope_harness import (
+    MISTAKE,
+    MISTAKE3,
+    SCHEMA,
+    STEM,
+    STEM3,
+    SUBMISSIONS,
+    autograder_root,
+    mistaken,
+    run_autograder,
+    solution,
+    stub,
+)
 from tests.meta.isolated_python import assert_isolated, clean_env, make_isolated_python
 
 HIDDEN_TEST = '''

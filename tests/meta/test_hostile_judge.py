@@ -31,10 +31,10 @@ import sys
 import nbformat
 import pytest
 
-from grading.proc import judges as runner
-from grading.proc import sandbox
 from grading.layout import ROOT, SOLUTIONS
 from grading.outcome import Status
+from grading.proc import judges as runner
+from grading.proc import sandbox
 
 STEM = "01_kv_memory"
 MEMORY_MB = 3000

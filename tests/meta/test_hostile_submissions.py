@@ -26,8 +26,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading.proc import sandbox
 from grading.layout import EXERCISES, ROOT, SOLUTIONS, TESTS
+from grading.proc import sandbox
 
 STEM = "01_kv_memory"
 CONTROLS = ("control_a", "control_b")

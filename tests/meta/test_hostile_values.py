@@ -22,8 +22,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading.proc import sandbox
 from grading.layout import EXERCISES, ROOT, SOLUTIONS
+from grading.proc import sandbox
 
 STEM = "01_kv_memory"
 CONTROLS = ("control_a", "control_b")

@@ -12,8 +12,8 @@ import re
 import pytest
 from babel.messages.catalog import Catalog
 from babel.messages.pofile import write_po
-from grading.layout import EXERCISES, ROOT
 
+from grading.layout import EXERCISES, ROOT
 from tools import i18n, i18n_search, i18n_terms
 
 GLUE = "{glue:text}`example_gib_32768:.0f`"

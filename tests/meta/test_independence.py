@@ -27,12 +27,12 @@ import pytest
 import torch
 
 from distlab import run_on_ranks
-from grading.judge import substitute
-from grading.notebook import owners
-from grading.contestant.swap import Beside, Calling, calling, swap_in_force
-from grading.notebook.catalogue import load_catalogue
 from grading.compare import GradingFailure
+from grading.contestant.swap import Beside, Calling, calling, swap_in_force
+from grading.judge import substitute
 from grading.layout import cell_source, chapter_of_test_file, discover_chapters
+from grading.notebook import owners
+from grading.notebook.catalogue import load_catalogue
 
 CHAPTERS = discover_chapters()
 

@@ -22,9 +22,9 @@ import nbformat
 import pytest
 import torch
 
-from grading.classroom import gradebook as gb
-from grading.classroom.rows import CRASHED, ERROR, FAILED, MEMORY, PASSED, REVIEW, Row, TAMPERED, TIMED_OUT
 from grading import gradescope, wire
+from grading.classroom import gradebook as gb
+from grading.classroom.rows import CRASHED, ERROR, FAILED, MEMORY, PASSED, REVIEW, TAMPERED, TIMED_OUT, Row
 from grading.layout import ROOT, SOLUTIONS
 
 STEM = "01_kv_memory"
@@ -186,8 +186,8 @@ def test_a_hidden_tests_contestant_is_spawned_as_a_public_ones(tmp_path, monkeyp
     grading.proc.judges), each asking the notebook what it sees of how it was started: the
     two answers are the same, field by field. A test of another exercise runs between
     them, so the hidden test's contestant is a fresh one, not the public test's."""
-    from grading.proc import judges as runner
     from grading.layout import ROOT
+    from grading.proc import judges as runner
 
     # The real graders sit in tests/, from which pytest puts the repository on the judge's
     # path; these stand elsewhere, so the judge is told where `tests.references` is.

@@ -24,14 +24,24 @@ from pathlib import Path
 import pytest
 
 from grading.classroom import gradebook as gb
-from grading.classroom.exports import (CANVAS_FIELDS, CanvasAssignment, Student, canvas_columns, match_roster,
-    read_canvas_assignments, read_canvas_map, read_roster, unmapped_chapters, write_canvas, write_wide)
-from grading.classroom.rows import FAILED, MISSING, NOTE, PASSED, REVIEW, Row, partial_chapters
-from grading.texts import UNMATCHED
-from grading.classroom import late
-from grading.classroom import lms
-from grading.layout import EXERCISES, ROOT, SOLUTIONS, discover_chapters
+from grading.classroom import late, lms
+from grading.classroom.exports import (
+    CANVAS_FIELDS,
+    CanvasAssignment,
+    Student,
+    canvas_columns,
+    match_roster,
+    read_canvas_assignments,
+    read_canvas_map,
+    read_roster,
+    unmapped_chapters,
+    write_canvas,
+    write_wide,
+)
 from grading.classroom.matching import list_students, match_folder
+from grading.classroom.rows import FAILED, MISSING, NOTE, PASSED, REVIEW, Row, partial_chapters
+from grading.layout import EXERCISES, ROOT, SOLUTIONS, discover_chapters
+from grading.texts import UNMATCHED
 
 STEM = "01_kv_memory"
 SOLVED, UNSOLVED = SOLUTIONS / f"{STEM}.ipynb", EXERCISES / f"{STEM}.ipynb"

@@ -20,10 +20,17 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading.notebook.catalogue import load_catalogue
 from grading.layout import ROOT
-from grading.nbgrader import (AUTOGRADER_SUFFIX, ENV, ExercisePoints, annotate, autograde,
-                              autograder_source, is_autograder_cell)
+from grading.nbgrader import (
+    AUTOGRADER_SUFFIX,
+    ENV,
+    ExercisePoints,
+    annotate,
+    autograde,
+    autograder_source,
+    is_autograder_cell,
+)
+from grading.notebook.catalogue import load_catalogue
 
 STEM = "01_kv_memory"
 ASSIGNMENT = "ch01"

@@ -27,8 +27,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grading.notebook.catalogue import load_catalogue
 from grading.layout import EXERCISES, ROOT, SOLUTIONS
+from grading.notebook.catalogue import load_catalogue
 
 STEM = "01_kv_memory"
 MANUAL = ROOT / "docs" / "instructors.md"

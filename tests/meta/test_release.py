@@ -21,8 +21,8 @@ import nbformat
 import pytest
 
 from grading import release
-from grading.notebook.catalogue import load_catalogue
 from grading.layout import RELEASE, ROOT, SOLUTIONS, discover_chapters
+from grading.notebook.catalogue import load_catalogue
 
 STEM = "01_kv_memory"
 CHAPTERS = [c.stem for c in discover_chapters()]

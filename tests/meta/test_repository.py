@@ -7,8 +7,8 @@ import re
 
 import yaml
 
-from grading.stubs import expected_stubs
 from grading.layout import ROOT
+from grading.stubs import expected_stubs
 
 PIN = re.compile(r"^([A-Za-z0-9_.\-\[\]]+)==([^\s;#]+)")
 
@@ -170,7 +170,8 @@ def test_chapters_do_not_link_to_solution_notebooks():
 def test_grader_pins_are_the_authors_at_the_same_versions():
     """requirements-grader.txt (the student edition's and Gradescope's) is a part of
     requirements.txt, every version the same: one set of versions, tested by make test."""
-    from grading.pins import AUTHOR_REQUIREMENTS, GRADER_REQUIREMENTS, pins as grader_pins
+    from grading.pins import AUTHOR_REQUIREMENTS, GRADER_REQUIREMENTS
+    from grading.pins import pins as grader_pins
 
     author, grader = grader_pins(AUTHOR_REQUIREMENTS.read_text()), grader_pins(GRADER_REQUIREMENTS.read_text())
     assert grader and not sorted(set(grader) - set(author)), \
@@ -205,7 +206,8 @@ def test_grader_pins_hold_their_own_dependencies_section_by_section():
 
 
 def test_versions_the_student_readme_names_are_the_pinned_ones():
-    from grading.pins import AUTHOR_REQUIREMENTS, pins as grader_pins
+    from grading.pins import AUTHOR_REQUIREMENTS
+    from grading.pins import pins as grader_pins
 
     author = grader_pins(AUTHOR_REQUIREMENTS.read_text())
     named = {m.group(1): m.group(2) for m in re.finditer(r"\b([A-Za-z][\w.\-]*)==([\w.]+)",

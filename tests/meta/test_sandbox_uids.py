@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from grading.proc import sandbox
 from grading.layout import ROOT
+from grading.proc import sandbox
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="uids are leased only by a grader run as root")
 

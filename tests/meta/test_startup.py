@@ -20,9 +20,9 @@ import types
 
 import pytest
 
-from grading.proc import zygote as launcher_module
 from grading.judge import plugin
 from grading.layout import PYTEST_INI, ROOT
+from grading.proc import zygote as launcher_module
 
 # Modules a judge or a zygote has no use for on the way to its first test.
 NEVER_AT_START = ("torch._inductor", "torch._dynamo", "hypothesis", "rfc3987_syntax", "trio")

@@ -11,10 +11,10 @@ import nbformat
 import pytest
 import torch
 
-from grading.notebook.catalogue import load_catalogue
 from grading.compare import GradingFailure
-from grading.layout import SOLUTIONS
 from grading.contestant.triton_bounds import OutOfBoundsAccess, bounds_checked
+from grading.layout import SOLUTIONS
+from grading.notebook.catalogue import load_catalogue
 
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")

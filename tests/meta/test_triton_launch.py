@@ -12,10 +12,15 @@ import nbformat
 import pytest
 import torch
 
-from grading.notebook.catalogue import load_catalogue
+from grading.judge.triton_launch import (
+    Launches,
+    dynamic_launch_problem,
+    jit_problem,
+    launched_kernels,
+    static_launch_problem,
+)
 from grading.layout import SOLUTIONS
-from grading.judge.triton_launch import (Launches, dynamic_launch_problem, jit_problem, launched_kernels,
-                                   static_launch_problem)
+from grading.notebook.catalogue import load_catalogue
 
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")

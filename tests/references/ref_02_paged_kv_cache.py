@@ -14,8 +14,8 @@
 from __future__ import annotations
 
 import itertools
-import sys
 import math
+import sys
 
 import torch
 
