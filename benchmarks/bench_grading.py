@@ -1,4 +1,4 @@
-"""``make bench`` records of the batch grader.
+"""``make bench`` records of the class run and its judges.
 
 - ``grade.one_submission_seconds``: wall time of ``python -m grading.batch`` on one
   complete, correct submission (every chapter that has a solution), default workers.
@@ -14,7 +14,7 @@
 - ``grade.peak_rss_mb_max``: the largest, over chapters, of the memory a
   Gradescope container must hold to grade that chapter: the proportional set size (PSS:
   shared pages counted once) of the whole process tree of ``python -m grading.gradescope run``
-  (front door, sandbox, grading child and its subprocesses), sampled while the chapter is graded, on ``solutions/``.
+  (front door, sandbox, judge and its subprocesses), sampled while the chapter is graded, on ``solutions/``.
   Goal: within Gradescope's default 768 MB container.
 - ``grade.gradescope_peak_mib_grader_env``: the same peak, for an
   ``autograder.zip`` of Chapters 1 and 11 run by its own ``run_autograder`` as in
@@ -165,7 +165,7 @@ def _proportional_bytes(process) -> int:
 def tree_peaks(command: list[str], cwd: Path, env: dict | None = None) -> tuple[dict[str, float], str, int]:
     """Run ``command`` (the Gradescope front door, which prints ``grading <stem>`` as each
     chapter starts) and sample the memory of its whole process tree (the front door, the
-    sandbox, the grading child and whatever it starts) every PEAK_SAMPLE_S: the peak while
+    sandbox, the judge and whatever it starts) every PEAK_SAMPLE_S: the peak while
     each chapter is graded is what a container must hold. Returns {stem: peak MiB}, the
     log and the exit status."""
     import threading
@@ -223,7 +223,7 @@ def peak_rss_record(base: Path, stems: list[str]) -> Record:
     return Record("grade.peak_rss_mb_max", peaks[worst], "MiB", "<= 700",
                   note=f"worst {worst}; process tree's PSS per chapter, sampled every {PEAK_SAMPLE_S:g} s (MiB): "
                        + ", ".join(f"{s} {mb:.0f}" for s, mb in sorted(peaks.items()))
-                       + "; the grading child's own ru_maxrss: "
+                       + "; the judge's own ru_maxrss: "
                        + ", ".join(f"{s} {mb:.0f}" for s, mb in sorted(own.items()))
                        + f"; score {results['score']:g} of "
                        + f"{sum(x['max_score'] for x in results['tests']):g}"

@@ -1,4 +1,4 @@
-"""Gradescope's front door to the batch grader: one grading path, two front doors.
+"""Gradescope's front door to the judge: one grading path, two front doors.
 
 ``python -m grading.gradescope build`` (``make gradescope``) writes
 ``_build/gradescope/autograder.zip``, laid out as Gradescope's autograder specification
@@ -7,11 +7,11 @@ chapters need and nothing more: ``grading/``, the packages their graders or note
 import (``gpucompile/`` for Chapter 7, ``modellab/`` for 8 and 12, ``distlab/`` for 10:
 :func:`chapter_packages`), their graders and references, their exercise notebooks, the
 hidden tests of ``--extra-tests``, the diagnosis tables (so that results name known
-mistakes as the batch grader does), and the pins ``setup.sh`` installs: the grader's
+mistakes as the class run does), and the pins ``setup.sh`` installs: the grader's
 (``requirements-grader.txt`` without the sections of packages the zip lacks,
 :func:`grading.pins.grader_requirements`) and, with ``modellab/``, its model's. No solutions,
 no catalogue. Nothing is installed from this repository in the image: ``run_autograder``
-puts the zip's folder on ``PYTHONPATH`` and the grading child loads the pytest plugin by
+puts the zip's folder on ``PYTHONPATH`` and the judge loads the pytest plugin by
 module name (``-p grading.judge.plugin``).
 
 ``python -m grading.gradescope run --root /autograder`` (what ``run_autograder`` calls

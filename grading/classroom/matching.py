@@ -1,7 +1,7 @@
 """Which chapters exist, and which of a student's notebooks is which chapter.
 
 Chapters are discovered, not listed: a chapter is a ``tests/test_NN_topic.py`` whose
-``solutions/NN_topic.ipynb`` exists, so the batch grader grades however many
+``solutions/NN_topic.ipynb`` exists, so the class run grades however many
 chapters the book has today.
 
 Students rename notebooks (``01_kv_memory (1).ipynb``, ``Copy of 01_kv_memory.ipynb``,

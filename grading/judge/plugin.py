@@ -305,7 +305,7 @@ def pytest_runtest_makereport(item, call):
             report.longrepr = student_message(item, call.excinfo)
             if exercise_of(item):
                 item.config._grading.exercises_failed.add((stem, exercise_of(item)))
-            # The structured outcome the batch grader records as it is (no text parsed back).
+            # The structured outcome the class run records as it is (no text parsed back).
             exc = call.excinfo.value
             load_error = cell_did_not_run(item, exc)
             report.user_properties += [("status", classify(exc).value),

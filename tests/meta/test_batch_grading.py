@@ -1,4 +1,4 @@
-"""The batch grader survives ten kinds of fault, each as a fixture submission.
+"""The class run survives ten kinds of fault, each as a fixture submission.
 
 The submissions are made here, at run time, from ``solutions/01_kv_memory.ipynb``
 with one fault injected each; one batch run grades them all (Chapter 1 only, two

@@ -60,7 +60,7 @@ LIARS = {
                     "        others = [a for a in args if isinstance(a, torch.Tensor) and not isinstance(a, cls)]\n"
                     "        return others[0] if others else torch.tensor(True)\n"
                     + REPLACE_ALL.format(value="torch.zeros(1).as_subclass(Liar)"),
-    # The grading child's own result writer, patched where the notebook can reach it.
+    # The judge's own result writer, patched where the notebook can reach it.
     "patch_collector": "import sys, importlib\ntry:\n    _c = importlib.import_module('grading.judge.main')\n"
                        "    _c.Collector.emit = lambda self, obj: None\nexcept Exception:\n    pass\n"
                        "for _m in list(sys.modules.values()):\n    _cls = getattr(_m, 'Collector', None)\n"

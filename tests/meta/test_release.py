@@ -72,7 +72,7 @@ POINTS_TOTAL = re.compile(r"^\| \*\*Exercise (\d+)\.(\d+)\*\* \| \| \*\*(\d+)\*\
 
 
 def _collected(chapter) -> list:
-    """The chapter's tests as the batch grader plans them (one collect-only judge's plan)."""
+    """The chapter's tests as the class run plans them (one collect-only judge's plan)."""
     from grading.proc.judges import run_child
 
     report = run_child({"test_files": [str(chapter.test_file)], "hidden_files": [], "collect_only": True},
