@@ -8,7 +8,7 @@ Chapter 5's blocked forward pass (5.5) is one fold of the whole score matrix (5.
 its finish (5.3); Chapter 1's bytes per token (1.1) is a one-token cache of one
 sequence (1.2), and its largest token count (1.4) a batch of one-token sequences (1.6);
 Chapter 9's plain RoPE frequencies (9.1) are position interpolation (9.3) by a factor of 1.
-The other chapters' answered calls are only the honest way round (10.6 around 10.1-10.2,
+The other chapters' answered calls are only the honest way round (10.6 on 10.2's step and 10.4's positions,
 11.5 on 11.4's bound, 12.2 on 12.1's hashes, 12.6 driving 12.5): no exercise there is
 another's special case. While one exercise is graded the others are the references', so such a
 stub would be graded on the references. The judge answers a call into another exercise
