@@ -25,13 +25,9 @@ from grading.classroom.grade import (
 )
 from grading.classroom.matching import name_problem, submission_digest
 from grading.classroom.rows import NOTE, REVIEW, Row
-from grading.classroom.state import INTERRUPTED, ClassRun, Stop
+from grading.classroom.state import INTERRUPTED, ClassRun, Stop, say
 from grading.proc import sandbox
 from grading.proc.judges import kill_all
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr)
 
 
 def open_gradebook(run: ClassRun) -> None:
@@ -44,10 +40,10 @@ def open_gradebook(run: ClassRun) -> None:
     run.book = gb.Gradebook(c.out, c.resume, run.overrides, run.lateness, run.stems)
     box = sandbox.status()
     if not box.sandboxed or not c.quiet:
-        _say(box.line if box.sandboxed else f"WARNING: {box.line}")
-    _say(run.chapters_line)  # in every run, quiet too: it decides max_total
+        say(box.line if box.sandboxed else f"WARNING: {box.line}")
+    say(run.chapters_line)  # in every run, quiet too: it decides max_total
     if not c.quiet:
-        _say(f"grading {', '.join(run.stems)} for the entries of {c.submissions} "
+        say(f"grading {', '.join(run.stems)} for the entries of {c.submissions} "
              f"({c.workers} workers, {c.timeout:g} s and {c.memory_mb} MB per chapter)")
     run.grader.baseline = fingerprint(run.chapters, [p for ps in hidden.values() for p in ps])
     if any("modellab" in ch.test_file.read_text() for ch in run.chapters):  # only when Chapter 8 is graded
@@ -70,7 +66,7 @@ def list_tasks(run: ClassRun) -> None:
             unreadable = f"a file of the submission could not be read: {os_error_text(exc)}"
         regraded = run.book.changed(student, digest)
         if regraded:
-            _say(f"{student}: {regraded}")
+            say(f"{student}: {regraded}")
         sub = run.subs[student]
         if gb.task_id(student, "") not in run.book.done:
             rows = submission_rows(student, sub, run.chapters)

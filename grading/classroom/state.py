@@ -9,6 +9,7 @@ end the run raises :class:`Stop` with the exit code and what to say; the run's o
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -103,3 +104,8 @@ class ClassResult:
     code: int
     out: Path
     rows: tuple[Row, ...] = ()
+
+
+def say(line: str) -> None:
+    """One line of the class run's progress, for the instructor: on stderr, never in a file."""
+    print(line, file=sys.stderr)

@@ -9,8 +9,6 @@ and before anything is written.
 
 from __future__ import annotations
 
-import sys
-
 from grading.classroom import gradebook as gb
 from grading.classroom import late, lms, policy
 from grading.classroom.exports import (
@@ -23,12 +21,8 @@ from grading.classroom.exports import (
 )
 from grading.classroom.grade import open_submission
 from grading.classroom.matching import list_students
-from grading.classroom.state import BAD_INPUT, ClassRun, Stop
+from grading.classroom.state import BAD_INPUT, ClassRun, Stop, say
 from grading.layout import discover_chapters
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr)
 
 
 def check_inputs(run: ClassRun) -> None:
@@ -89,7 +83,7 @@ def gather(run: ClassRun) -> None:
     run.ignored = [f"ignored {name}: neither a folder, a .zip, nor a file named as an LMS's download names it "
                    "(Canvas, Moodle, Blackboard); it is not graded" for name in ignored]
     for line in run.ignored:
-        _say(line)
+        say(line)
 
 
 def match(run: ClassRun) -> None:
@@ -133,7 +127,7 @@ def map_canvas(run: ClassRun) -> None:
         raise Stop(BAD_INPUT, f"error: {exc}") from None
     run.unmapped = unmapped_chapters(run.stems, run.columns, run.course)
     for line in run.unmapped:
-        _say(f"canvas: {line}")
+        say(f"canvas: {line}")
 
 
 def resolve_overrides(run: ClassRun) -> None:
@@ -190,16 +184,16 @@ def record_policy(run: ClassRun) -> None:
     recorded in the output folder."""
     c, resolved = run.config, run.policy
     if resolved.kept:
-        _say(f"resume: kept from {policy.FILE}: {'; '.join(resolved.kept)}")
+        say(f"resume: kept from {policy.FILE}: {'; '.join(resolved.kept)}")
     if c.resume and resolved.recorded is None and (c.out / "gradebook.csv").exists():
-        _say(f"resume: {c.out.name} has no {policy.FILE} (an older grader's run): the flags given now are "
+        say(f"resume: {c.out.name} has no {policy.FILE} (an older grader's run): the flags given now are "
              "the policy, and are recorded")
     if resolved.changes:
         old = resolved.recorded
         run.policy_lines = policy.report(resolved.changes, _effects(run, old), _effects(run, resolved.policy),
                                          gb.graded_rows(c.out), _moved_columns(run, old))
         for line in run.policy_lines:
-            _say(line)
+            say(line)
     if resolved.blocking() and not c.policy_change:
         raise Stop(BAD_INPUT, f"STOPPED before grading: --resume was given a policy that differs from the one "
                    f"{policy.FILE} records (above). Rerun with --policy-change to apply it, or leave those flags "

@@ -9,18 +9,12 @@ fit no row, roster problems).
 
 from __future__ import annotations
 
-import sys
-
 from grading.classroom import gradebook as gb
 from grading.classroom.exports import write_canvas, write_wide
 from grading.classroom.rows import partial_chapters
-from grading.classroom.state import GRADER_CHANGED, ClassRun
+from grading.classroom.state import GRADER_CHANGED, ClassRun, say
 from grading.outcome import FOR_REVIEW
 from grading.proc import sandbox
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr)
 
 
 def write(run: ClassRun) -> None:
@@ -36,15 +30,15 @@ def write(run: ClassRun) -> None:
     found = _found_in_grading(run, canvas_problems)
     for line in found:
         if line.removeprefix("canvas: ") not in run.unmapped:  # said before grading
-            _say(line)
+            say(line)
     review = gb.write_review_list(c.out, run.final, sandbox.status().line,
                                   run.ignored + found + run.policy_lines, run.chapters_line)
     flagged = sum(r.status in FOR_REVIEW for r in run.final)
     if not c.quiet:
-        _say(f"wrote {book.path}, {wide.name}, {len(run.students)} feedback files in {c.out / 'feedback'} and "
+        say(f"wrote {book.path}, {wide.name}, {len(run.students)} feedback files in {c.out / 'feedback'} and "
              f"{review} ({flagged} rows need a look)")
     if run.grader.compromised:
-        _say(f"\nSTOPPED: the grader's files or installed packages changed during grading "
+        say(f"\nSTOPPED: the grader's files or installed packages changed during grading "
              f"({run.grader.compromised}). Restore them (git checkout / reinstall the venv), then rerun with "
              "--resume.")
         run.code = GRADER_CHANGED
