@@ -465,6 +465,21 @@ def test_ring_attention_on_4_gloo_processes(nb):
     check_ring(nb, 4)
 
 
+def contiguous_calls(q, k, v, P, n):
+    """Each of P ranks' one call: its contiguous shard of n positions, no mask."""
+    return [[((q[:, :, r * n:(r + 1) * n].clone(), k[:, :, r * n:(r + 1) * n].clone(),
+               v[:, :, r * n:(r + 1) * n].clone()), {"layout": "contiguous", "causal": False})] for r in range(P)]
+
+
+def leading(got, rows, channels=None):
+    """The first ``rows`` query rows (and ``channels`` output channels) of a rank's (out, lse);
+    anything else as it came, for check_pair to name."""
+    if isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got) \
+            and got[0].dim() == 4 and got[1].dim() >= 3:
+        return got[0][:, :, :rows, :channels], got[1][:, :, :rows]
+    return got
+
+
 # Bytes on the wire, counted by the kernel outside the ranks: the loopback of the network
 # namespace they share (grading.judge.measure.loopback_bytes), on shards large enough that
 # the headers of TCP and gloo and the group's handshakes are a small part: K and V of
@@ -481,8 +496,7 @@ WIRE_ROWS = 16  # query rows per rank compared with the reference
 def test_ring_attention_on_gloo_sends_only_the_ring_bytes(nb):
     P, (B, H, H_kv, n, D) = 2, WIRE_CASE
     q, k, v = make_qkv(B, H, H_kv, P * n, D, torch.float32, seed=5)
-    calls = [[((q[:, :, r * n:(r + 1) * n].clone(), k[:, :, r * n:(r + 1) * n].clone(),
-                v[:, :, r * n:(r + 1) * n].clone()), {"layout": "contiguous", "causal": False})] for r in range(P)]
+    calls = contiguous_calls(q, k, v, P, n)
     try:
         before = loopback_bytes(nb)
     except Unmeasurable as exc:
@@ -494,10 +508,8 @@ def test_ring_attention_on_gloo_sends_only_the_ring_bytes(nb):
         expected = ref.attention_fp64(q[:, :, rows], k, v, causal=False)
         call = f"rank {res.rank} of {P}: " + call_text("ring_attention", *calls[res.rank][0][0], layout="contiguous",
                                                        causal=False)
-        got = res.calls[0].value
-        got = (got[0][:, :, :WIRE_ROWS], got[1][:, :, :WIRE_ROWS]) if isinstance(got, tuple) and len(got) == 2 and all(
-            isinstance(t, torch.Tensor) and t.dim() >= 3 for t in got) else got
-        check_pair(got, expected, call + f" [its first {WIRE_ROWS} rows]", torch.float32, atol=RING_ATOL[torch.float32])
+        check_pair(leading(res.calls[0].value, WIRE_ROWS), expected, call + f" [its first {WIRE_ROWS} rows]",
+                   torch.float32, atol=RING_ATOL[torch.float32])
     formula = ref.ring_bytes_per_layer(P * n, P, B, H_kv, D, 4)
     if sent > WIRE_SLACK * P * formula:
         raise GradingFailure(
@@ -531,8 +543,7 @@ GROWTH_CHANNELS = 16
 
 def ring_peaks(nb, P, q, k, v, n):
     """Each rank's peak memory during its call on P ranks (the values checked first)."""
-    calls = [[((q[:, :, r * n:(r + 1) * n].clone(), k[:, :, r * n:(r + 1) * n].clone(),
-                v[:, :, r * n:(r + 1) * n].clone()), {"layout": "contiguous", "causal": False})] for r in range(P)]
+    calls = contiguous_calls(q, k, v, P, n)
     try:
         results = run_ring(nb, P, calls, measure=True)
     except Unmeasurable as exc:
@@ -542,11 +553,8 @@ def ring_peaks(nb, P, q, k, v, n):
         expected = ref.attention_fp64(q[:, :, rows], k[:, :, :P * n], v[:, :, :P * n, :GROWTH_CHANNELS], causal=False)
         call = f"rank {res.rank} of {P}: " + call_text("ring_attention", *calls[res.rank][0][0], layout="contiguous",
                                                        causal=False)
-        got = res.calls[0].value
-        got = (got[0][:, :, :GROWTH_ROWS, :GROWTH_CHANNELS], got[1][:, :, :GROWTH_ROWS]) \
-            if isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got) \
-            and got[0].dim() == 4 and got[1].dim() >= 3 else got
-        check_pair(got, expected, call + f" [its first {GROWTH_ROWS} rows, {GROWTH_CHANNELS} channels]", torch.float32,
+        check_pair(leading(res.calls[0].value, GROWTH_ROWS, GROWTH_CHANNELS), expected,
+                   call + f" [its first {GROWTH_ROWS} rows, {GROWTH_CHANNELS} channels]", torch.float32,
                    atol=RING_ATOL[torch.float32])
     return [res.calls[0].peak for res in results]
 
