@@ -180,11 +180,6 @@ class GradeConfig:
     cuda_devices: str = ""
     extra_tests: Path | None = None
 
-    @classmethod
-    def from_args(cls, args) -> "GradeConfig":
-        return cls(out=args.out, submissions=args.submissions, timeout=args.timeout, memory_mb=args.memory_mb,
-                   threads=args.threads, cuda_devices=args.cuda_devices, extra_tests=args.extra_tests)
-
 
 class Grader:
     """Grades tasks (one student's chapter each) with one configuration: ``prepare()`` once,
