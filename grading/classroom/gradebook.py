@@ -181,12 +181,7 @@ class Gradebook:
     def _adjusted(self, rows: list[Row]) -> tuple[list[Row], list[str]]:
         """The graded rows as they count: each student's late penalty (grading.classroom.late), then
         the overrides (which set points, so they win); and the overrides not applied."""
-        from grading.classroom import late
-
-        penalised = []
-        for student in dict.fromkeys(r.student for r in rows):
-            penalised += late.apply([r for r in rows if r.student == student], self.late.get(student))
-        return apply_overrides(penalised, self.overrides)
+        return counted(rows, self.late, self.overrides)
 
     def final_rows(self) -> list[Row]:
         """Every row, with the late penalties and the overrides applied."""
@@ -252,6 +247,18 @@ def read_overrides(path: Path) -> list[Override]:
                 raise ValueError(f"overrides file {path}, line {n}: give a reason (the student reads it)")
             out.append(Override(d["student"], d["exercise"], points, d["reason"], n))
     return out
+
+
+def counted(rows: list[Row], lateness: dict, overrides: list[Override]) -> tuple[list[Row], list[str]]:
+    """The rows as they count, in the one order the class run uses everywhere: each student's
+    late penalty (``lateness``: student -> grading.classroom.late.Lateness), then the overrides,
+    which set points and so win; and the overrides not applied."""
+    from grading.classroom import late
+
+    penalised = []
+    for student in dict.fromkeys(r.student for r in rows):
+        penalised += late.apply([r for r in rows if r.student == student], lateness.get(student))
+    return apply_overrides(penalised, overrides)
 
 
 def apply_overrides(rows: list[Row], overrides: list[Override]) -> tuple[list[Row], list[str]]:

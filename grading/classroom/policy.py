@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
-from grading.classroom import late
-from grading.classroom.gradebook import Override, apply_overrides
+from grading.classroom import gradebook, late
+from grading.classroom.gradebook import Override
 from grading.classroom.rows import Row, num
 
 FILE = "policy.json"
@@ -312,7 +312,7 @@ def _override_changes(old: list[Override], new: list[Override]) -> list[str]:
 
 def _points(rows: list[Row], lateness, overrides: list[Override]) -> dict[str, tuple[float, float]]:
     """{chapter: (points, max_points)} of one student's graded rows under a policy."""
-    counted = apply_overrides(late.apply(rows, lateness), overrides)[0]
+    counted = gradebook.counted(rows, {r.student: lateness for r in rows}, overrides)[0]
     out: dict[str, tuple[float, float]] = {}
     for r in counted:
         if r.exercise:
