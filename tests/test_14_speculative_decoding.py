@@ -595,6 +595,8 @@ CACHE_SCRIPTS = [
     ("S2-W3-R2-chunks-longer-than-the-cache", 2, 3, 2, [("a", 20), ("r", 2), ("a", 7), ("r", 1), ("a", 11), ("r", 2)]),
     ("S2-W4-R1-everything-rolled-back", 2, 4, 1, [("a", 3), ("r", 3), ("a", 2), ("a", 5), ("r", 1), ("a", 1)]),
     ("S1-W1-R3-window-of-one", 1, 1, 3, [("a", 4), ("r", 3), ("a", 2), ("a", 1), ("r", 2), ("r", 1), ("a", 5)]),
+    # the tokens past the sinks are long gone, but a sequence within its sinks shows no window
+    ("S2-W2-R1-back-into-the-sinks", 2, 2, 1, [("a", 10), ("r", 9), ("a", 4), ("r", 1), ("a", 3)]),
 ]
 
 

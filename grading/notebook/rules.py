@@ -34,7 +34,7 @@ from grading.notebook.regions import exercises_in, find_regions
 HEADING = "Graded rules:"
 # The chapters whose catalogue must declare RULES; a chapter joins once its statements
 # list their graded rules.
-MUST_DECLARE = frozenset({"12_serving", "13_mla"})
+MUST_DECLARE = frozenset({"12_serving", "13_mla", "14_speculative_decoding"})
 
 
 class RuleError(ValueError):

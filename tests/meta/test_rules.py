@@ -81,7 +81,7 @@ def test_rules_in_a_function_without_an_exercise_cannot_be_read():
 
 def test_the_chapters_that_must_declare_rules_exist():
     assert rules.MUST_DECLARE <= set(STEMS), sorted(rules.MUST_DECLARE - set(STEMS))
-    assert {"12_serving", "13_mla"} <= rules.MUST_DECLARE
+    assert {"12_serving", "13_mla", "14_speculative_decoding"} <= rules.MUST_DECLARE
 
 
 @pytest.mark.parametrize("stem", sorted(s for s in STEMS if s in rules.MUST_DECLARE or load_rules(s) is not None))
