@@ -8,6 +8,7 @@ here hands in the solution with one cell appended:
 
 - 5.5 computing the whole score matrix in NumPy, which no torch watch sees;
 - 13.2 "absorbed" decode that up-projects the whole cache, 13.1's naive formula;
+- 14.8 a draft cache that keeps every chunk appended to it beside its window;
 - 10.6 gathering every shard with ``all_gather`` and sending the ring's exact byte count
   around the ring as padding (the bytes on the wire), and gathering every shard without
   padding, attended at once or folded one by one (each rank's memory from 3 ranks to 4);
@@ -74,6 +75,15 @@ def mla_attention_absorbed(q_nope, q_pe, c_kv, k_pe, w_uk, w_uv):
     s = q @ k.transpose(-1, -2) / _math.sqrt(d_nope + d_rope)
     s = s.masked_fill(k_pos[None, :] > q_pos[:, None], -_math.inf)
     return _torch.softmax(s, dim=-1) @ v
+'''
+KEEPS_THE_STREAM = '''
+_append_draft = DraftWindowCache.append
+
+def _keeping_append(self, k, v):
+    self.__dict__.setdefault("_stream", []).append((k.clone(), v.clone()))  # every token, held
+    return _append_draft(self, k, v)
+
+DraftWindowCache.append = _keeping_append
 '''
 GATHER_THEN_PAD = '''
 import math as _math
@@ -222,12 +232,14 @@ def _failed(outcomes: dict[str, str], test: str) -> list[str]:
     ("05_flash_attention", "never_materialises and full", NUMPY_SCORES,
      "test_never_materialises_scores_or_repeated_kv"),
     ("13_mla", "never_up_projects", NAIVE_AS_ABSORBED, "test_mla_attention_absorbed_never_up_projects_the_cache"),
+    ("14_speculative_decoding", "holds_only_its_window", KEEPS_THE_STREAM,
+     "test_draft_window_cache_holds_only_its_window"),
     ("10_context_parallel", "sends_only_the_ring_bytes", GATHER_THEN_PAD,
      "test_ring_attention_on_gloo_sends_only_the_ring_bytes"),
     ("10_context_parallel", "holds_no_more", GATHER_WITHOUT_PADDING, "test_ring_attention_holds_no_more_on_more_ranks"),
     ("10_context_parallel", "holds_no_more", GATHER_THEN_FOLD, "test_ring_attention_holds_no_more_on_more_ranks"),
-], ids=["5.5-numpy-score-matrix", "13.2-naive-as-absorbed", "10.6-gather-then-pad", "10.6-gather-without-padding",
-        "10.6-gather-then-fold"])
+], ids=["5.5-numpy-score-matrix", "13.2-naive-as-absorbed", "14.8-keeps-the-stream", "10.6-gather-then-pad",
+        "10.6-gather-without-padding", "10.6-gather-then-fold"])
 def test_a_rule_about_how_is_measured_from_outside(tmp_path, stem, select, cell, test):
     """The values are right, so every case of the measured test must fail on the measure."""
     outcomes = grade(tmp_path, stem, select, cell)
