@@ -89,8 +89,8 @@ ROWS: list[tuple[tuple[str, ...], str]] = [
     (tuple(f"gradescope.peak_pss_mib.{stem}" for stem in (
         "01_kv_memory", "02_paged_kv_cache", "03_quantized_kv_cache", "04_sliding_window_sinks", "05_flash_attention",
         "06_delta_rule", "07_triton_kernels", "08_model_lab", "09_rope_scaling", "10_context_parallel",
-        "11_sparse_attention", "12_serving", "13_mla")),
-     "the memory each chapter's solution takes in Gradescope's container, Chapters 1 to 13, in MiB; the default "
+        "11_sparse_attention", "12_serving", "13_mla", "14_speculative_decoding")),
+     "the memory each chapter's solution takes in Gradescope's container, Chapters 1 to 14, in MiB; the default "
      "container holds 732"),
     (("release.reference_source_lines", "release.zip_mib"), "the student edition: reference code shipped; zip size"),
     (("release.diagnose_recall", "release.false_diagnoses"), "catalogue bugs named as themselves from the release"),
