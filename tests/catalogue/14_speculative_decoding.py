@@ -13,6 +13,18 @@ that break it, so that no stated rule is left without a graded case that fails o
 
 from grading.notebook.catalogue import Bug
 
+# Where a diagnosis sends the student: the title of the section that teaches each exercise.
+SECTIONS = {
+    "14.1": "The rule that makes it exact",
+    "14.2": "The rule that makes it exact",
+    "14.3": "Draft, then verify",
+    "14.4": "The rule that makes it exact",
+    "14.5": "How many tokens a verification buys",
+    "14.6": "What a step costs at long context",
+    "14.7": "Rolling back the caches",
+    "14.8": "Rolling back the caches",
+}
+
 ACCEPT_RETURN = "return torch.where(q > 0, ratio.clamp(max=1.0), 1.0)"
 ACCEPT_RATIO = "ratio = p / torch.where(q > 0, q, 1.0)"
 TO_FP64 = "    p, q = p.to(torch.float64), q.to(torch.float64)\n"
