@@ -84,6 +84,13 @@ ROWS: list[tuple[tuple[str, ...], str]] = [
     (("mla.cpu_decode_speedup_absorbed",), "naive / absorbed MLA decode on the CPU"),
     (("mla.kv_bytes_per_rank_tp8_over_dcp8",),
      "cache bytes per GPU: tensor parallel / decode context parallel, 8 GPUs"),
+    (("spec.first_token_tv_distance",), "speculative sampling: the first token's distribution vs the target's, fp64"),
+    (("spec.smollm2_greedy_match",), "SmolLM2 drafting for itself: runs whose tokens equal Llama.generate's"),
+    (("spec.smollm2_acceptance_window", "spec.smollm2_tokens_per_verify"),
+     "its draft on 4 sinks + a window of 256 of 1,024 tokens: acceptance rate; tokens per verification"),
+    (("spec.smollm2_cpu_wall_ratio",), "plain / speculative greedy decoding, wall time on the CPU"),
+    (("spec.modelled_speedup_llama8b",),
+     "Llama 3.1 8B self-drafting on a modelled H100, batch 64 at 32K (MagicDec measured up to 1.84x)"),
     (("planner.mismatches", "planner.script_bytes"),
      "Plan a deployment: random settings whose shown numbers differ from the graded functions; its script's bytes"),
     (tuple(f"gradescope.peak_pss_mib.{stem}" for stem in (
