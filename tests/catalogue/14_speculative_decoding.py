@@ -67,8 +67,9 @@ BUGS = [
         "ones, and the sum it divides by is rounding noise", old=EXCESS, new="excess = p - q"),
     Bug("residual_zero_when_p_equals_q", "14.2", "returns the all-zero max(0, p - q) when p == q instead of p",
         old="        return p.clone()", new="        return excess"),
-    Bug("residual_skips_validation", "14.2", "checks none of its arguments, so a list, an integer tensor or a vector "
-        "that is not a probability vector fails deep inside (or not at all) with a message that does not name it",
+    Bug("residual_skips_validation", "14.2", "leaves p and q unchecked, so a vector that does not sum to 1 or holds "
+        "a negative entry is normalised as if it were a distribution, and a list fails with a message that does not "
+        "name it",
         old=PROB_CHECKS, new=""),
     # -- 14.3: greedy verification
     Bug("greedy_counts_every_match", "14.3", "counts every drafted token that equals its row's argmax, also after "
