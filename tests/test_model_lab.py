@@ -218,3 +218,32 @@ def test_run_schedule_refuses_what_it_cannot_execute(lab, run_requests, steps, p
     _, _, model = lab
     with pytest.raises(ValueError, match=match):
         run_schedule(model, run_requests, steps, RUN_PAGE, preempted)
+
+
+# modellab.speculative runs Chapter 14's self-speculative decoding. The exercises' parts
+# (the draft's rollable cache, greedy verification) come from the chapter's references
+# here, so the lab is checked without the solution notebook.
+def test_self_speculation_emits_the_greedy_tokens(lab, prompt_ids):
+    from modellab.speculative import prefill, speculative_greedy
+    from tests.references import ref_14_speculative_decoding as ref14
+
+    _, _, model = lab
+    start = prefill(model, prompt_ids)
+    for window, gamma in ((2, 3), (64, 2)):
+        run = speculative_greedy(model, start, 10, gamma, lambda w=window, g=gamma: ref14.DraftWindowCache(1, w, g),
+                                 ref14.verify_greedy)
+        assert run.tokens == model.generate(prompt_ids, max_new_tokens=10)
+        assert run.accepted + run.rejections <= run.drafted  # a rejection is one of the drafts
+        assert run.tokens_per_verify == (len(run.tokens) - 1) / run.verifications
+
+
+def test_self_speculation_rejects_bad_counts(lab, prompt_ids):
+    from modellab.speculative import prefill, speculative_greedy
+    from tests.references import ref_14_speculative_decoding as ref14
+
+    _, _, model = lab
+    start = prefill(model, prompt_ids[:, :4])
+    with pytest.raises(ValueError, match="gamma"):
+        speculative_greedy(model, start, 4, -1, lambda: ref14.DraftWindowCache(1, 4, 1), ref14.verify_greedy)
+    with pytest.raises(TypeError, match="max_new_tokens"):
+        speculative_greedy(model, start, True, 1, lambda: ref14.DraftWindowCache(1, 4, 1), ref14.verify_greedy)
