@@ -6,7 +6,9 @@ Chapter 14's lab. One model plays both parts:
 - the **draft** is the same weights on a sink-and-window cache that can roll back
   (Exercise 14.8's ``DraftWindowCache``, one per layer), filled from the target's prompt
   cache, as MagicDec's StreamingLLM draft is: the draft reads a few hundred tokens where
-  the target reads them all.
+  the target reads them all; or the same weights on the target's own cache, each query
+  head reading only the pages Chapter 11's Quest selects (:func:`selected_attention`), a
+  selection by score as TriForce's retrieval cache is.
 
 One round drafts ``gamma`` tokens one at a time on the draft's cache, runs the target once
 on the pending token and the ``gamma`` drafts (``gamma + 1`` query tokens), keeps the
@@ -16,10 +18,10 @@ accepted and rolls the draft's cache back. The tokens are those of plain greedy 
 whatever the draft proposes: every emitted token is the target's argmax after the tokens
 before it.
 
-The verification and the draft's cache are exercises of Chapter 14, so this module holds
-neither: the caller passes them (the chapter loads them from the solution notebook with
-:func:`chapter14`). State that both halves continue from is a :class:`Prefilled` prompt,
-so that several runs share one prefill.
+The verification, the draft's cache and Quest's selection are exercises of Chapters 14
+and 11, so this module holds none of them: the caller passes them (the chapter loads them
+from the solution notebooks, :func:`chapter14` for Chapter 14's). State that both halves
+continue from is a :class:`Prefilled` prompt, so that several runs share one prefill.
 
 Equal tokens are exact up to one caveat, the one Chapter 12 names for batching: the
 verification computes ``gamma + 1`` positions in one forward pass where plain decoding
@@ -30,6 +32,7 @@ could differ where the target's top two logits tie within fp32 rounding.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -190,26 +193,103 @@ def _truncate_target(cache: ModelCache, length: int) -> None:
     _set_seen(cache, length)
 
 
+class _WindowDraft:
+    """The draft on a cache of its own, one ``DraftWindowCache`` per layer, rolled back after
+    each verification. ``pending``: emitted tokens its cache has not read yet."""
+
+    def __init__(self, model, start, make_cache, first):
+        self.model, self.cache, self.pending = model, draft_cache(model, start, make_cache), [first]
+
+    def propose(self, g):
+        return _draft(self.model, self.cache, self.pending, g)
+
+    def settle(self, proposed, emitted):
+        g, n = len(proposed), len(emitted) - 1
+        if g and n < g:
+            # it read pending and proposed[:g - 1]; it keeps pending and proposed[:n]
+            _rollback_draft(self.cache, g - 1 - n)
+            self.pending = emitted[-1:]
+        else:
+            # every draft was accepted (or none made): the last one was never fed to it
+            self.pending = (proposed[-1:] if g else self.pending) + emitted[-1:]
+
+
+class _SelectedDraft:
+    """The draft on the target's own cache, read through ``attention`` (a page selection):
+    it appends its guesses to the target's cache and truncates them before the verification."""
+
+    def __init__(self, model, target, attention, first):
+        self.model, self.target, self.attention, self.last = model, target, attention, first
+
+    def propose(self, g):
+        before, proposed = self.target.seen, []
+        while len(proposed) < g:
+            feed = torch.tensor([[self.last if not proposed else proposed[-1]]])  # (1, 1)
+            logits = self.model.forward(feed, self.target, self.attention)  # (1, 1, V)
+            proposed.append(int(logits[0, -1].argmax()))
+        _truncate_target(self.target, before)
+        return proposed, len(proposed)
+
+    def settle(self, proposed, emitted):
+        self.last = emitted[-1]
+
+
+def selected_attention(page_bounds: Callable, quest_select: Callable, page_size: int, budget: int) -> Callable:
+    """An attention ``(q, k, v, mask) -> out`` in which each query head reads only the pages of
+    the cache that Chapter 11's Quest selects for it: ``budget`` pages of ``page_size``
+    tokens, the last page always among them (``page_bounds(keys, page_size)`` and
+    ``quest_select(q, page_min, page_max, budget)`` are Exercises 11.4 and 11.5's). Shapes
+    as in :mod:`modellab.attention`: q (B, H, T_q, d), k, v (B, H_kv, T_k, d), mask (T_q, T_k)."""
+    _check_int("page_size", page_size, 1)
+    _check_int("budget", budget, 1)
+
+    def attention(q, k, v, mask):
+        B, H, T, d = q.shape
+        page_min, page_max = page_bounds(k, page_size)  # (B, H_kv, P, d)
+        page_of = torch.arange(k.shape[2]) // page_size  # (T_k,)
+        visible = torch.zeros(B, H, T, k.shape[2], dtype=torch.bool)
+        for t in range(T):
+            pages = quest_select(q[:, :, t], page_min, page_max, budget)  # (B, H, S)
+            chosen = torch.zeros(B, H, page_min.shape[2], dtype=torch.bool).scatter_(2, pages, True)
+            visible[:, :, t] = chosen[:, :, page_of]  # (B, H, T_k)
+        visible &= mask  # (B, H, T_q, T_k): selected and causal
+        group = H // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, T_k, d)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(d)  # (B, H, T_q, T_k)
+        return torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1) @ v  # (B, H, T_q, d)
+
+    return attention
+
+
 def speculative_greedy(model: Llama, start: Prefilled, max_new_tokens: int, gamma: int,
-                       make_draft_cache: Callable[[], object], verify_greedy: Callable) -> SpecRun:
+                       make_draft_cache: Callable[[], object] | None, verify_greedy: Callable, *,
+                       draft_attention: Callable | None = None) -> SpecRun:
     """Greedy self-speculative decoding of ``max_new_tokens`` tokens after a prefilled prompt.
 
-    ``make_draft_cache()`` builds one layer's draft cache (``DraftWindowCache(num_sink,
-    window, max_rollback)`` with ``max_rollback >= gamma``); ``verify_greedy(target_logits
-    (1, g + 1, V), draft_tokens (1, g) int64) -> [[int, ...]]`` is Exercise 14.3's. Each
-    round drafts ``g = min(gamma, tokens still to emit - 1)`` tokens, so the run emits
-    exactly ``max_new_tokens``. ``start`` is not modified. Raises TypeError/ValueError for a
-    non-int or too small ``max_new_tokens`` (>= 1) or ``gamma`` (>= 0)."""
+    The draft is the model on a cache of its own, ``make_draft_cache()`` per layer (a
+    ``DraftWindowCache(num_sink, window, max_rollback)`` with ``max_rollback >= gamma``), or,
+    with ``draft_attention`` given (and ``make_draft_cache`` None), the model on the target's
+    own cache read through that attention (:func:`selected_attention`).
+    ``verify_greedy(target_logits (1, g + 1, V), draft_tokens (1, g) int64) -> [[int, ...]]``
+    is Exercise 14.3's. Each round drafts ``g = min(gamma, tokens still to emit - 1)`` tokens,
+    so the run emits exactly ``max_new_tokens``. ``start`` is not modified. Raises
+    TypeError/ValueError for a non-int or too small ``max_new_tokens`` (>= 1) or ``gamma``
+    (>= 0), and ValueError unless exactly one of ``make_draft_cache`` and
+    ``draft_attention`` is given."""
     _check_int("max_new_tokens", max_new_tokens, 1)
     _check_int("gamma", gamma, 0)
+    if (make_draft_cache is None) == (draft_attention is None):
+        raise ValueError("make_draft_cache, draft_attention: give exactly one of them")
     target = copy.deepcopy(start.cache)
-    draft = draft_cache(model, start, make_draft_cache)
     tokens = [int(start.last_logits.argmax())]
-    pending = tokens[:]  # emitted tokens the draft's cache has not read yet
+    if draft_attention is None:
+        draft = _WindowDraft(model, start, make_draft_cache, tokens[0])
+    else:
+        draft = _SelectedDraft(model, target, draft_attention, tokens[0])
     drafted = accepted = rejections = verifications = draft_forwards = 0
     while len(tokens) < max_new_tokens:
         g = min(gamma, max_new_tokens - len(tokens) - 1)
-        proposed, forwards = _draft(model, draft, pending, g) if g else ([], 0)
+        proposed, forwards = draft.propose(g) if g else ([], 0)
         draft_forwards += forwards
         before = target.seen
         logits = model.forward(torch.tensor([[tokens[-1], *proposed]]), target)  # (1, g + 1, V)
@@ -219,11 +299,5 @@ def speculative_greedy(model: Llama, start: Prefilled, max_new_tokens: int, gamm
         drafted, accepted, rejections = drafted + g, accepted + n, rejections + (n < g)
         tokens += emitted
         _truncate_target(target, before + 1 + n)
-        if g and n < g:
-            # the draft read pending and proposed[:g - 1]; it keeps pending and proposed[:n]
-            _rollback_draft(draft, g - 1 - n)
-            pending = emitted[-1:]
-        else:
-            # every draft was accepted (or none made): the last one was never fed to the draft
-            pending = (proposed[-1:] if g else pending) + emitted[-1:]
+        draft.settle(proposed, emitted)
     return SpecRun(tokens, drafted, accepted, rejections, verifications, draft_forwards)

@@ -237,6 +237,20 @@ def test_self_speculation_emits_the_greedy_tokens(lab, prompt_ids):
         assert run.tokens_per_verify == (len(run.tokens) - 1) / run.verifications
 
 
+def test_self_speculation_from_quest_pages_emits_the_greedy_tokens(lab, prompt_ids):
+    from modellab.speculative import prefill, selected_attention, speculative_greedy
+    from tests.references import ref_11_sparse_attention as ref11
+    from tests.references import ref_14_speculative_decoding as ref14
+
+    _, _, model = lab
+    # 2 pages of 4 of the 3 that 9 to 13 tokens fill (the references loop in Python: keep it small)
+    attention = selected_attention(ref11.page_bounds, ref11.quest_select, 4, 2)
+    prompt = prompt_ids[:, :9]
+    run = speculative_greedy(model, prefill(model, prompt), 5, 2, None, ref14.verify_greedy,
+                             draft_attention=attention)
+    assert run.tokens == model.generate(prompt, max_new_tokens=5)
+
+
 def test_self_speculation_rejects_bad_counts(lab, prompt_ids):
     from modellab.speculative import prefill, speculative_greedy
     from tests.references import ref_14_speculative_decoding as ref14
@@ -247,3 +261,5 @@ def test_self_speculation_rejects_bad_counts(lab, prompt_ids):
         speculative_greedy(model, start, 4, -1, lambda: ref14.DraftWindowCache(1, 4, 1), ref14.verify_greedy)
     with pytest.raises(TypeError, match="max_new_tokens"):
         speculative_greedy(model, start, True, 1, lambda: ref14.DraftWindowCache(1, 4, 1), ref14.verify_greedy)
+    with pytest.raises(ValueError, match="exactly one"):
+        speculative_greedy(model, start, 4, 1, None, ref14.verify_greedy)
