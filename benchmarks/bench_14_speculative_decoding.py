@@ -12,6 +12,9 @@
   rate (accepted drafts over drafted) and the tokens per verification at the chapter's
   window, with Exercise 14.5's prediction from the per-token acceptance in the note
   (report).
+- ``spec.smollm2_acceptance_quest``: the acceptance rate of the second draft, the same
+  weights reading the target's own cache through Chapter 11's Quest selection of as many
+  tokens as the chapter's window (report).
 - ``spec.smollm2_cpu_wall_ratio``: plain greedy decoding's wall time over speculative
   decoding's at the chapter's window, from the same prefilled prompt, the median of paired
   rounds (report: on a CPU the draft costs nearly what the target does).
@@ -43,6 +46,8 @@ BATCH, CONTEXT = 64, 32768
 PROMPT_TOKENS, NEW_TOKENS, SMOL_GAMMA, NUM_SINK = 1024, 32, 4, 4
 WINDOWS = (16, 64, 256)
 CHAPTER_WINDOW = 256
+QUEST_PAGE = 16  # the Quest draft reads QUEST_PAGES pages of QUEST_PAGE tokens: the window's 256
+QUEST_PAGES = CHAPTER_WINDOW // QUEST_PAGE
 ROUNDS = 7  # paired rounds; the 2-core machine is shared, and one slow round must not decide
 
 
@@ -94,13 +99,24 @@ def smollm2_runs(sol, windows=WINDOWS):
     return plain, generated, runs, model, start
 
 
+def quest_run(sol, model, start):
+    """The lab's second draft: Quest's pages of the target's own cache (Chapter 11's solution)."""
+    from modellab.speculative import selected_attention, speculative_greedy
+
+    ch11 = load_solutions("11_sparse_attention")
+    attention = selected_attention(ch11.page_bounds, ch11.quest_select, QUEST_PAGE, QUEST_PAGES)
+    return speculative_greedy(model, start, NEW_TOKENS, SMOL_GAMMA, None, sol.verify_greedy,
+                              draft_attention=attention)
+
+
 def run() -> list[Record]:
     from modellab.speculative import plain_greedy, speculative_greedy
 
     sol = load_solutions(STEM)
     tv = first_token_tv(sol)
     plain, generated, runs, model, start = smollm2_runs(sol)
-    match = sum(r.tokens == generated for r in runs.values()) / len(runs)
+    quest = quest_run(sol, model, start)
+    match = sum(r.tokens == generated for r in [*runs.values(), quest]) / (len(runs) + 1)
     chosen = runs[CHAPTER_WINDOW]
     alpha = chosen.per_token_acceptance
     predicted = sol.expected_tokens(alpha, SMOL_GAMMA)
@@ -118,13 +134,19 @@ def run() -> list[Record]:
         Record("spec.first_token_tv_distance", tv, "TV", "<= 1e-12",
                note=f"fp64, worst of {len(tv_cases())} (p, q) cases, Exercises 14.1 and 14.2 composed"),
         Record("spec.smollm2_greedy_match", match, "fraction", "== 1",
-               note=f"{lab} {list(WINDOWS)}: runs equal to Llama.generate; plain loop equal too: {plain == generated}"),
+               note=f"{lab} {list(WINDOWS)}, and the Quest draft: runs equal to Llama.generate; plain loop "
+                    f"equal too: {plain == generated}"),
         Record("spec.smollm2_acceptance_window", chosen.acceptance_rate, "fraction",
                note=f"{lab} {CHAPTER_WINDOW}: {chosen.accepted} of {chosen.drafted} drafts accepted; per-token "
                     f"acceptance {alpha:.3f} ({chosen.rejections} rejections)"),
         Record("spec.smollm2_tokens_per_verify", chosen.tokens_per_verify, "tokens",
                note=f"{lab} {CHAPTER_WINDOW}: {chosen.verifications} verifications; expected_tokens({alpha:.3f}, "
                     f"{SMOL_GAMMA}) predicts {predicted:.2f}"),
+        Record("spec.smollm2_acceptance_quest", quest.acceptance_rate, "fraction",
+               note=f"SmolLM2-135M, the same prompt and gamma, the target's cache read through Quest's {QUEST_PAGES} "
+                    f"pages of {QUEST_PAGE}: {quest.accepted} of {quest.drafted} drafts accepted; per-token "
+                    f"acceptance {quest.per_token_acceptance:.3f}; {quest.tokens_per_verify:.2f} tokens per "
+                    "verification"),
         Record("spec.smollm2_cpu_wall_ratio", median_ratio(times[0], times[1]), "x",
                note=f"{lab} {CHAPTER_WINDOW}: plain / speculative wall time from one prefilled prompt, median of "
                     f"{ROUNDS} paired rounds, {torch.get_num_threads()} threads; best plain {min(times[0]):.2f} s, "

@@ -88,6 +88,7 @@ ROWS: list[tuple[tuple[str, ...], str]] = [
     (("spec.smollm2_greedy_match",), "SmolLM2 drafting for itself: runs whose tokens equal Llama.generate's"),
     (("spec.smollm2_acceptance_window", "spec.smollm2_tokens_per_verify"),
      "its draft on 4 sinks + a window of 256 of 1,024 tokens: acceptance rate; tokens per verification"),
+    (("spec.smollm2_acceptance_quest",), "its draft on Quest's 16 pages of 16 of the same cache: acceptance rate"),
     (("spec.smollm2_cpu_wall_ratio",), "plain / speculative greedy decoding, wall time on the CPU"),
     (("spec.modelled_speedup_llama8b",),
      "Llama 3.1 8B self-drafting on a modelled H100, batch 64 at 32K (MagicDec measured up to 1.84x)"),
