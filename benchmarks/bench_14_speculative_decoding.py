@@ -23,16 +23,28 @@
   comparison, not a goal).
 
 The constants are the chapter's: chapters/14_speculative_decoding.md imports them from
-here, so there is one copy.
+here, so there is one copy. The chapter also shows a sweep too long for its build: the
+acceptance against the draft's budget for prompts of several lengths, measured once into
+``benchmarks/results/14_speculative_decoding_smollm2.json`` (which states the date and the
+machine) by
+
+    .venv/bin/python -m benchmarks.bench_14_speculative_decoding --write
 """
 
 from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
 
 import torch
 
 from benchmarks.bench_12_serving import BANDWIDTH, HEAD_DIM, HEADS, KV_HEADS, LAYERS, PARAMS, PEAK_FLOPS
 from benchmarks.records import Record, median_ratio, paired_times
+from benchmarks.results import machine
 from benchmarks.solutions import load_solutions
+from grading.layout import BENCH_RESULTS, ROOT
 
 STEM = "14_speculative_decoding"
 # Llama 3.1 8B in bf16, in Exercise 14.6's terms (Chapter 12's constants).
@@ -48,6 +60,9 @@ WINDOWS = (16, 64, 256)
 CHAPTER_WINDOW = 256
 QUEST_PAGE = 16  # the Quest draft reads QUEST_PAGES pages of QUEST_PAGE tokens: the window's 256
 QUEST_PAGES = CHAPTER_WINDOW // QUEST_PAGE
+SWEEP_LENGTHS = (1024, 2048, 4096)  # prompts of the committed sweep
+SWEEP_WINDOWS = (16, 64, 256, 1024)
+SWEEP_RESULTS = BENCH_RESULTS / f"{STEM}_smollm2.json"
 ROUNDS = 7  # paired rounds; the 2-core machine is shared, and one slow round must not decide
 
 
@@ -156,3 +171,44 @@ def run() -> list[Record]:
                     f"draft cache {DRAFT_BUDGET}, alpha={ALPHA}; MagicDec reports up to 1.84x for LLaMA-3.1-8B at "
                     "batch 32-256 on 8 A100s (arXiv v1; 2.51x in its ICLR 2025 version)"),
     ]
+
+
+def _counts(run, plain) -> dict:
+    return {"drafted": run.drafted, "accepted": run.accepted, "rejections": run.rejections,
+            "verifications": run.verifications, "greedy": run.tokens == plain}
+
+
+def measure_sweep(lengths=SWEEP_LENGTHS, windows=SWEEP_WINDOWS, log=print) -> dict:
+    """For each prompt length: each window draft's and the Quest draft's counts (drafted,
+    accepted, rejections, verifications) and whether its tokens equal plain greedy's."""
+    from modellab import Llama, load_model, long_text_ids
+    from modellab.speculative import plain_greedy, prefill, speculative_greedy
+
+    sol = load_solutions(STEM)
+    hf_model, tokenizer = load_model()
+    model = Llama(hf_model)
+    m = machine(torch.get_num_threads())
+    out = {"date": datetime.date.today().isoformat(), "machine": f"{m['cpu_model']}, {m['logical_cores']} cores, "
+           f"{m['torch_threads']} threads, torch {m['torch']}", "machine_detail": m,
+           "model": "SmolLM2-135M-Instruct, fp32, our decode loop (modellab)", "text": "modellab.long_text",
+           "new_tokens": NEW_TOKENS, "gamma": SMOL_GAMMA, "num_sink": NUM_SINK, "quest_page": QUEST_PAGE,
+           "quest_pages": QUEST_PAGES, "windows": list(windows), "lengths": {}}
+    for length in lengths:
+        start = prefill(model, long_text_ids(tokenizer, length)[None])
+        plain = plain_greedy(model, start, NEW_TOKENS)
+        row = {str(w): _counts(speculative_greedy(model, start, NEW_TOKENS, SMOL_GAMMA,
+                                                  lambda w=w: sol.DraftWindowCache(NUM_SINK, w, SMOL_GAMMA),
+                                                  sol.verify_greedy), plain) for w in windows}
+        row["quest"] = _counts(quest_run(sol, model, start), plain)
+        out["lengths"][str(length)] = row
+        log(f"prompt {length}: " + ", ".join(f"{k} {v['accepted']}/{v['drafted']}" for k, v in row.items()))
+    return out
+
+
+if __name__ == "__main__":
+    # --write: the sweep, stored in benchmarks/results/ (the file the chapter reads).
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1)))
+    target = SWEEP_RESULTS if "--write" in sys.argv else ROOT / "_build" / "bench" / SWEEP_RESULTS.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(measure_sweep(log=lambda line: print(line, flush=True)), indent=1) + "\n")
+    print(f"wrote {target.relative_to(ROOT)}")

@@ -333,3 +333,49 @@ def serving_smollm2(path: Path = SERVING_FILE) -> dict:
                    "short": lengths[0], "long": f"{int(lengths[-1]):,}", "matches": str(matches),
                    "requests": str(2 * data["questions"] * len(lengths))}
     return out
+
+
+# Chapter 14: SmolLM2 drafting for itself, over prompt lengths and draft budgets.
+SPECULATIVE_FILE = BENCH_RESULTS / "14_speculative_decoding_smollm2.json"
+
+
+def _rate(counts: dict) -> float:
+    return counts["accepted"] / counts["drafted"] if counts["drafted"] else 0.0
+
+
+def speculative_smollm2(path: Path = SPECULATIVE_FILE) -> dict:
+    """Chapter 14's sweep (``python -m benchmarks.bench_14_speculative_decoding --write``).
+
+    Returns ``about`` (what was measured, when and on what), ``lengths`` and ``windows``
+    (ints, in order), ``rates`` ({length: [acceptance rate of each window]}), ``quest``
+    ({length: the Quest draft's acceptance rate}), ``table`` (rows: prompt, each window's
+    rate, Quest's) and ``glue`` (the values the prose quotes, as text)."""
+    data = json.loads(path.read_text()) if path.exists() else None
+    out: dict = {"data": data, "about": [], "lengths": [], "windows": [], "rates": {}, "quest": {},
+                 "table": [], "glue": {}}
+    keys = ("sweep_equal", "sweep_runs", "sweep_long", "sweep_short", "sweep_window", "sweep_rate_short",
+            "sweep_rate_long", "sweep_quest_long")
+    if not data:
+        out["about"].append("No measurement is committed yet: run `.venv/bin/python -m "
+                            f"benchmarks.bench_14_speculative_decoding --write`, which writes "
+                            f"benchmarks/results/{path.name}, and rebuild the book.")
+        out["glue"] = {key: NOT_MEASURED for key in keys}
+        return out
+    out["about"].append(f"measured {data['date']} on {data['machine']}; {data['model']}; {data['new_tokens']} "
+                        f"greedy tokens, gamma = {data['gamma']}, {data['num_sink']} sinks beside each window; "
+                        f"Quest: {data['quest_pages']} pages of {data['quest_page']} tokens")
+    out["lengths"] = sorted(int(n) for n in data["lengths"])
+    out["windows"] = list(data["windows"])
+    runs = [c for row in data["lengths"].values() for c in row.values()]
+    for n in out["lengths"]:
+        row = data["lengths"][str(n)]
+        out["rates"][n] = [_rate(row[str(w)]) for w in out["windows"]]
+        out["quest"][n] = _rate(row["quest"])
+        out["table"].append((f"{n:,}", *(f"{r:.2f}" for r in out["rates"][n]), f"{out['quest'][n]:.2f}"))
+    short, long = out["lengths"][0], out["lengths"][-1]
+    at = out["windows"].index(data["quest_pages"] * data["quest_page"])
+    out["glue"] = {"sweep_equal": str(sum(c["greedy"] for c in runs)), "sweep_runs": str(len(runs)),
+                   "sweep_long": f"{long:,}", "sweep_short": f"{short:,}", "sweep_window": str(out["windows"][at]),
+                   "sweep_rate_short": f"{out['rates'][short][at]:.2f}",
+                   "sweep_rate_long": f"{out['rates'][long][at]:.2f}", "sweep_quest_long": f"{out['quest'][long]:.2f}"}
+    return out

@@ -47,3 +47,23 @@ def test_without_a_sweep_every_number_says_not_measured(tmp_path):
 def test_the_committed_sweep_passes_its_bar():
     memory = memory_harness()
     assert memory["data"] is not None and float(memory["glue"]["acc_full"]) >= 0.9
+
+
+def _speculative(counts: dict) -> dict:
+    """Chapter 14's sweep file with the given counts at every prompt and window."""
+    lengths = {n: {**{str(w): counts for w in (16, 256)}, "quest": {**counts, "accepted": 1}} for n in ("1024", "4096")}
+    return {"date": "2026-12-05", "machine": "a test", "model": "none", "new_tokens": 32, "gamma": 4,
+            "num_sink": 4, "quest_page": 16, "quest_pages": 16, "windows": [16, 256], "lengths": lengths}
+
+
+def test_the_speculative_sweep_glues_what_the_file_holds(tmp_path):
+    from benchmarks.chapter_results import speculative_smollm2
+
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(_speculative({"drafted": 8, "accepted": 6, "rejections": 2, "verifications": 4,
+                                             "greedy": True})))
+    sweep = speculative_smollm2(path)
+    assert sweep["lengths"] == [1024, 4096] and sweep["rates"][4096] == [0.75, 0.75]
+    assert sweep["glue"]["sweep_rate_long"] == "0.75" and sweep["glue"]["sweep_quest_long"] == "0.12"
+    assert sweep["glue"]["sweep_equal"] == sweep["glue"]["sweep_runs"] == "6"
+    assert speculative_smollm2(tmp_path / "absent.json")["glue"]["sweep_long"] == NOT_MEASURED
