@@ -34,6 +34,8 @@ class Term:
 
 
 _CH12 = ("chapters/12_serving",)
+# Chapter 14 and its exercise and solution notebooks, whose statements use its words.
+_CH14 = tuple(f"{part}/14_speculative_decoding" for part in ("chapters", "exercises", "solutions"))
 
 TERMS: tuple[Term, ...] = (
     # A prompt's chunk and the cache's block are different things in Chapter 12.
@@ -45,6 +47,11 @@ TERMS: tuple[Term, ...] = (
     Term("scheduler", "调度器"),
     Term("weight absorption", "权重吸收"),
     Term("decode context parallelism", "解码上下文并行"),
+    # Chapter 14 says "the residual" for the residual distribution, and "the correction" for
+    # the target's own token at the first rejection: one name each, as the exercises use them.
+    Term("residual", "残差分布", _CH14),
+    Term("correction", "修正 token", _CH14),
+    Term("tree draft", "树状草稿", _CH14),
     Term("", "投机解码"),  # "speculative decoding": every use names it, but one is "speculative decodes"
     Term("", "潜在向量"),  # MLA's "latent": English says "the latent", an adjective made a noun
 )
