@@ -113,15 +113,6 @@ def residual_distribution(p, q):
     return torch.tensor([x / total for x in excess], dtype=torch.float64)
 
 
-def first_token_distribution(p, q, accept, residual):
-    """The distribution of the first emitted token, from 14.1's and 14.2's answers (fp64
-    tensors of shape (V,)): the draft proposes x with q[x] and it is accepted with
-    accept[x]; else the residual is sampled. Computed exactly, token by token."""
-    qq, aa, rr = q.double().tolist(), accept.double().tolist(), residual.double().tolist()
-    rejected = 1.0 - math.fsum(a * b for a, b in zip(qq, aa))
-    return torch.tensor([a * b + rejected * r for a, b, r in zip(qq, aa, rr)], dtype=torch.float64)
-
-
 # -- 14.3 -----------------------------------------------------------------------------------
 def _argmax(row):
     best = 0
