@@ -138,7 +138,12 @@ class Encoder:
             flat = data.as_strided((span,), (1,), data.storage_offset()).contiguous()
             node["stride"] = list(data.stride())
             data = flat
-        raw = data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""
+        flat = data.reshape(-1)
+        if flat.numel() and flat.stride(0) != 1:
+            # A tensor whose only long dimensions have size 1 counts as contiguous with any
+            # stride (x.nonzero()[0]): bytes are read from a dense copy.
+            flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
+        raw = flat.view(torch.uint8).numpy().tobytes() if data.numel() else b""
         node["buf"] = self.buffer(raw)
         return node
 

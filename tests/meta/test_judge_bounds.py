@@ -47,6 +47,16 @@ def test_an_honest_message_decodes_as_before():
     assert out[6] == {"k": (1, 2.5)}
 
 
+def test_a_long_strided_dimension_of_size_one_crosses():
+    """x.nonzero()[0] counts as contiguous with a stride of 2: it still crosses, values and all."""
+    values = [torch.tensor([0, 3, 0, 5]).nonzero()[0], torch.arange(6.0).reshape(3, 2)[1:2, 1], torch.tensor(7)]
+    encoder = wire.Encoder()
+    node = encoder.encode(values)
+    out = wire.Decoder(b"".join(encoder.buffers)).decode(node)
+    for a, b in zip(values, out):
+        assert torch.equal(a, b) and a.shape == b.shape and a.dtype == b.dtype
+
+
 def test_a_buffer_named_by_many_tensors_is_refused():
     """The amplification: one 8 MiB buffer, 450 tensors (3.6 GiB once copied out)."""
     size = 8 * MiB
