@@ -284,7 +284,7 @@ RULES: dict[str, dict[str, tuple[str, ...]]] = {
         "Positions are 0, 1, 2, ... in the order appended; after rollback(n) the next append gets position len - n: "
         "positions never drift.": ("draft_rollback_keeps_the_length", "draft_rollback_to_n"),
         "keys_values() returns the first num_sink tokens of the sequence (all of them when it is shorter) and the "
-        "last window of the others, in position order, as copies, with int64 positions.":
+        "last window of the others, in position order, with int64 positions.":
             ("draft_shows_ring_order", "draft_float_positions"),
         "rollback(n) forgets the last n tokens as if they had never been appended, and raises ValueError naming n "
         "when n > len or when a token the window would show after it is no longer held.":
