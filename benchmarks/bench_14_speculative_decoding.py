@@ -97,10 +97,18 @@ def first_token_tv(sol) -> float:
     return worst
 
 
+def window_run(sol, model, start, window, new_tokens=NEW_TOKENS):
+    """The lab's first draft: the same weights on 14.8's cache of NUM_SINK sinks and ``window`` others."""
+    from modellab.speculative import speculative_greedy
+
+    return speculative_greedy(model, start, new_tokens, SMOL_GAMMA,
+                              lambda: sol.DraftWindowCache(NUM_SINK, window, SMOL_GAMMA), sol.verify_greedy)
+
+
 def smollm2_runs(sol, windows=WINDOWS):
     """The lab on SmolLM2: ``(plain tokens, generate's tokens, {window: SpecRun}, model, prefilled)``."""
     from modellab import Llama, load_model, long_text_ids
-    from modellab.speculative import plain_greedy, prefill, speculative_greedy
+    from modellab.speculative import plain_greedy, prefill
 
     hf_model, tokenizer = load_model()
     model = Llama(hf_model)
@@ -108,9 +116,7 @@ def smollm2_runs(sol, windows=WINDOWS):
     start = prefill(model, prompt)
     plain = plain_greedy(model, start, NEW_TOKENS)
     generated = model.generate(prompt, max_new_tokens=NEW_TOKENS)
-    runs = {w: speculative_greedy(model, start, NEW_TOKENS, SMOL_GAMMA,
-                                  lambda w=w: sol.DraftWindowCache(NUM_SINK, w, SMOL_GAMMA), sol.verify_greedy)
-            for w in windows}
+    runs = {w: window_run(sol, model, start, w) for w in windows}
     return plain, generated, runs, model, start
 
 
@@ -125,7 +131,7 @@ def quest_run(sol, model, start):
 
 
 def run() -> list[Record]:
-    from modellab.speculative import plain_greedy, speculative_greedy
+    from modellab.speculative import plain_greedy
 
     sol = load_solutions(STEM)
     tv = first_token_tv(sol)
@@ -136,12 +142,8 @@ def run() -> list[Record]:
     alpha = chosen.per_token_acceptance
     predicted = sol.expected_tokens(alpha, SMOL_GAMMA)
 
-    def draft_cache():
-        return sol.DraftWindowCache(NUM_SINK, CHAPTER_WINDOW, SMOL_GAMMA)
-
     times = paired_times([lambda: plain_greedy(model, start, NEW_TOKENS),
-                          lambda: speculative_greedy(model, start, NEW_TOKENS, SMOL_GAMMA, draft_cache,
-                                                     sol.verify_greedy)], rounds=ROUNDS)
+                          lambda: window_run(sol, model, start, CHAPTER_WINDOW)], rounds=ROUNDS)
     modelled = sol.speculative_speedup(LLAMA_8B, BATCH, CONTEXT, GAMMA, DRAFT_BUDGET, ALPHA, BANDWIDTH, PEAK_FLOPS)
     # 2 (K and V) x layers x KV heads x head_dim x 2 bytes (bf16) per token, for the whole batch
     batch_cache_gib = BATCH * CONTEXT * 2 * LAYERS * KV_HEADS * HEAD_DIM * 2 / 2**30
@@ -187,7 +189,7 @@ def measure_sweep(lengths=SWEEP_LENGTHS, windows=SWEEP_WINDOWS, log=print) -> di
     """For each prompt length: each window draft's and the Quest draft's counts (drafted,
     accepted, rejections, verifications) and whether its tokens equal plain greedy's."""
     from modellab import Llama, load_model, long_text_ids
-    from modellab.speculative import plain_greedy, prefill, speculative_greedy
+    from modellab.speculative import plain_greedy, prefill
 
     sol = load_solutions(STEM)
     hf_model, tokenizer = load_model()
@@ -201,9 +203,7 @@ def measure_sweep(lengths=SWEEP_LENGTHS, windows=SWEEP_WINDOWS, log=print) -> di
     for length in lengths:
         start = prefill(model, long_text_ids(tokenizer, length)[None])
         plain = plain_greedy(model, start, NEW_TOKENS)
-        row = {str(w): _counts(speculative_greedy(model, start, NEW_TOKENS, SMOL_GAMMA,
-                                                  lambda w=w: sol.DraftWindowCache(NUM_SINK, w, SMOL_GAMMA),
-                                                  sol.verify_greedy), plain) for w in windows}
+        row = {str(w): _counts(window_run(sol, model, start, w), plain) for w in windows}
         row["quest"] = _counts(quest_run(sol, model, start), plain)
         out["lengths"][str(length)] = row
         log(f"prompt {length}: " + ", ".join(f"{k} {v['accepted']}/{v['drafted']}" for k, v in row.items()))

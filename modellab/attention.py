@@ -7,7 +7,8 @@ Every attention function has the signature ``attention(q, k, v, mask) -> out`` w
 - ``q``: (B, H, T_q, d), already rotated by RoPE;
 - ``k``, ``v``: (B, H_kv, T_k, d), what the cache returned; query head ``h`` reads
   KV head ``h // (H / H_kv)`` (grouped-query attention);
-- ``mask``: (T_q, T_k) bool, True where the query may attend (the cache decides);
+- ``mask``: (T_q, T_k) bool, True where the query may attend (the cache decides), or
+  (B, H, T_q, T_k) where each query head sees its own keys (a page selection);
 - ``out``: (B, H, T_q, d) = softmax(q k^T / sqrt(d) over visible keys) v.
 """
 
@@ -24,9 +25,10 @@ def _check(q, k, v, mask):
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"num_heads {q.shape[1]} must be a multiple of num_kv_heads {k.shape[1]}")
-    if mask.shape != (q.shape[2], k.shape[2]) or mask.dtype != torch.bool:
-        raise ValueError(f"mask must be bool (T_q, T_k) = {(q.shape[2], k.shape[2])}, got {mask.dtype} "
-                         f"{tuple(mask.shape)}")
+    shared, per_head = (q.shape[2], k.shape[2]), (*q.shape[:3], k.shape[2])
+    if mask.shape not in (shared, per_head) or mask.dtype != torch.bool:
+        raise ValueError(f"mask must be bool (T_q, T_k) = {shared} or (B, H, T_q, T_k) = {per_head}, got "
+                         f"{mask.dtype} {tuple(mask.shape)}")
 
 
 def dense_attention(q, k, v, mask):

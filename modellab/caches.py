@@ -79,6 +79,18 @@ class ModelCache:
     def keys_values(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.layers[layer].keys_values()
 
+    def rollback(self, n: int) -> None:
+        """Forget the last ``n`` tokens of every layer (a speculative round's rejected
+        guesses): the next token gets position ``seen - n``. Needs layer caches that can
+        roll back (``DenseCache`` and Chapter 14's draft cache can)."""
+        if type(n) is not int or not 0 <= n <= self.seen:
+            raise ValueError(f"n must be an int in [0, {self.seen}], got {n!r}")
+        for cache in self.layers:
+            if not hasattr(cache, "rollback"):
+                raise TypeError(f"a {type(cache).__name__} cannot roll back")
+            cache.rollback(n)
+        self._seen = [seen - n for seen in self._seen]
+
     def positions(self, layer: int) -> torch.Tensor:
         """Absolute positions of the kept tokens of ``layer``, int64 ``(T_kept,)``."""
         cache = self.layers[layer]
@@ -120,6 +132,11 @@ class DenseCache:
 
     def keys_values(self):
         return self.k, self.v
+
+    def rollback(self, n):
+        """Forget the last ``n`` tokens."""
+        if n:
+            self.k, self.v = self.k[:, :, :-n], self.v[:, :, :-n]  # (B, H_kv, T - n, d)
 
     def nbytes(self):
         return _held_bytes(self.k, self.v)

@@ -32,12 +32,12 @@ could differ where the target's top two logits tie within fp32 rounding.
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from modellab.attention import dense_attention
 from modellab.caches import ModelCache
 from modellab.decode import Llama
 
@@ -122,17 +122,16 @@ class DraftLayer:
             self.keys_values()
         return self._positions
 
+    def rollback(self, n):
+        self.cache.rollback(n)
+        self._positions = None
+
 
 def _check_int(name, value, minimum):
     if type(value) is not int:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
-
-
-def _set_seen(cache: ModelCache, seen: int) -> None:
-    # ModelCache counts the tokens each layer received; a rollback un-receives some.
-    cache._seen = [seen] * len(cache._seen)
 
 
 def prefill(model: Llama, prompt_ids: torch.Tensor) -> Prefilled:
@@ -160,12 +159,9 @@ def draft_cache(model: Llama, start: Prefilled, make_cache: Callable[[], object]
     """The draft's model cache: one ``make_cache()`` (a ``DraftWindowCache``) per layer,
     given the prompt's keys and values from the target's cache, of which it keeps its sinks
     and its window. The draft's mask is causal only: what it may see is what its cache kept."""
-    layers = [DraftLayer(make_cache()) for _ in range(model.config.num_layers)]
-    for i, layer in enumerate(layers):
-        k, v = start.cache.keys_values(i)  # (1, H_kv, T, d)
-        layer.append(k, v)
-    cache = ModelCache.from_layers(layers)
-    _set_seen(cache, start.cache.seen)
+    cache = ModelCache.from_layers(DraftLayer(make_cache()) for _ in range(model.config.num_layers))
+    for i in range(len(cache.layers)):
+        cache.append(i, *start.cache.keys_values(i))  # (1, H_kv, T, d) each
     return cache
 
 
@@ -178,19 +174,6 @@ def _draft(model, cache, pending, gamma):
         proposed.append(int(logits[0, -1].argmax()))
         feed = proposed[-1:]
     return proposed, forwards
-
-
-def _rollback_draft(cache: ModelCache, n: int) -> None:
-    for layer in cache.layers:
-        layer.cache.rollback(n)
-        layer._positions = None
-    _set_seen(cache, cache.seen - n)
-
-
-def _truncate_target(cache: ModelCache, length: int) -> None:
-    for layer in cache.layers:
-        layer.k, layer.v = layer.k[:, :, :length], layer.v[:, :, :length]  # (1, H_kv, length, d)
-    _set_seen(cache, length)
 
 
 class _WindowDraft:
@@ -207,7 +190,7 @@ class _WindowDraft:
         g, n = len(proposed), len(emitted) - 1
         if g and n < g:
             # it read pending and proposed[:g - 1]; it keeps pending and proposed[:n]
-            _rollback_draft(self.cache, g - 1 - n)
+            self.cache.rollback(g - 1 - n)
             self.pending = emitted[-1:]
         else:
             # every draft was accepted (or none made): the last one was never fed to it
@@ -227,7 +210,7 @@ class _SelectedDraft:
             feed = torch.tensor([[self.last if not proposed else proposed[-1]]])  # (1, 1)
             logits = self.model.forward(feed, self.target, self.attention)  # (1, 1, V)
             proposed.append(int(logits[0, -1].argmax()))
-        _truncate_target(self.target, before)
+        self.target.rollback(self.target.seen - before)
         return proposed, len(proposed)
 
     def settle(self, proposed, emitted):
@@ -244,7 +227,7 @@ def selected_attention(page_bounds: Callable, quest_select: Callable, page_size:
     _check_int("budget", budget, 1)
 
     def attention(q, k, v, mask):
-        B, H, T, d = q.shape
+        B, H, T, _ = q.shape  # q: (B, H, T_q, d)
         page_min, page_max = page_bounds(k, page_size)  # (B, H_kv, P, d)
         page_of = torch.arange(k.shape[2]) // page_size  # (T_k,)
         visible = torch.zeros(B, H, T, k.shape[2], dtype=torch.bool)
@@ -252,11 +235,7 @@ def selected_attention(page_bounds: Callable, quest_select: Callable, page_size:
             pages = quest_select(q[:, :, t], page_min, page_max, budget)  # (B, H, S)
             chosen = torch.zeros(B, H, page_min.shape[2], dtype=torch.bool).scatter_(2, pages, True)
             visible[:, :, t] = chosen[:, :, page_of]  # (B, H, T_k)
-        visible &= mask  # (B, H, T_q, T_k): selected and causal
-        group = H // k.shape[1]
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, T_k, d)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(d)  # (B, H, T_q, T_k)
-        return torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1) @ v  # (B, H, T_q, d)
+        return dense_attention(q, k, v, visible & mask)  # visible: (B, H, T_q, T_k), selected and causal
 
     return attention
 
@@ -298,6 +277,6 @@ def speculative_greedy(model: Llama, start: Prefilled, max_new_tokens: int, gamm
         n = len(emitted) - 1  # drafts accepted
         drafted, accepted, rejections = drafted + g, accepted + n, rejections + (n < g)
         tokens += emitted
-        _truncate_target(target, before + 1 + n)
+        target.rollback(target.seen - (before + 1 + n))
         draft.settle(proposed, emitted)
     return SpecRun(tokens, drafted, accepted, rejections, verifications, draft_forwards)
