@@ -111,23 +111,32 @@ def ship_calls(stem: str, folder: Path) -> Path | None:
 
 
 def make_record(stem: str) -> None:
-    """The record of ``stem`` made (:func:`grading.judge.recording.record`) if it is missing or stale,
-    by one process at a time (pytest-xdist's workers collect at once). Where it cannot be
-    made (a solution that fails its graders while being edited, a judge that may not start
-    pytest), a warning says so and no call is answered: every exercise then runs the
-    notebook's own functions, so a notebook's mistake in one exercise may cost it in another."""
+    """The record of ``stem`` made if it is missing or stale (:func:`make_records`)."""
+    make_records([stem])
+
+
+def make_records(stems: list[str]) -> None:
+    """The records of ``stems`` made (:func:`grading.judge.recording.record`) where missing or
+    stale, side by side (one pytest per chapter, as many at once as the machine has CPUs),
+    by one process at a time (pytest-xdist's workers collect at once: the one that waits
+    finds them made). Where they cannot be made (a solution that fails its graders while
+    being edited, a judge that may not start pytest), a warning says so and no call is
+    answered: every exercise then runs the notebook's own functions, so a notebook's
+    mistake in one exercise may cost it in another."""
     import fcntl
     import warnings
 
-    if not (SOLUTIONS / f"{stem}.ipynb").is_file():
-        return  # a tree without solutions answers the calls it was shipped with (ship_calls)
+    # A tree without solutions answers the calls it was shipped with (ship_calls).
+    stems = [stem for stem in stems if (SOLUTIONS / f"{stem}.ipynb").is_file()]
+    if not stems:
+        return
     try:
         RECORDS.mkdir(parents=True, exist_ok=True)
-        with open(RECORDS / f"{stem}.lock", "w") as lock:
+        with open(RECORDS / "records.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             from grading.judge import recording
 
-            recording.record([stem], jobs=1)
+            recording.record(stems)
     except (OSError, RuntimeError) as exc:
-        warnings.warn(f"no record of the calls {stem}'s solution makes into other exercises ({exc}); the judge "
-                      "answers none of them, and the notebook's own functions run", stacklevel=2)
+        warnings.warn(f"no record of the calls the solutions of {', '.join(stems)} make into other exercises ({exc}); "
+                      "the judge answers none of them, and the notebook's own functions run", stacklevel=2)

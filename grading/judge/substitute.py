@@ -194,8 +194,7 @@ def pytest_collection_finish(session):
         package = reference_package(chapter.stem, exercise_of(item))
         if package is not None and package["asked"]:
             stems.add(chapter.stem)
-    for stem in sorted(stems):
-        answers.make_record(stem)
+    answers.make_records(sorted(stems))
 
 
 # -- the judge and the contestant (grading.judge, grading.contestant.main) --------------------------
