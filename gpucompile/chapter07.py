@@ -198,3 +198,25 @@ def real_reports(nb) -> dict:
         reports.setdefault(arch, []).append([*cfg, c.usage.registers, c.usage.shared_bytes, c.usage.spill_bytes,
                                              c.ptxas_log])
     return reports
+
+
+def file_reports(path: str) -> dict:
+    """:func:`real_reports` for the ``flash_fwd_kernel`` defined in the Python file ``path``:
+    the references' kernel, which Exercises 7.6 and 7.7 read where each is graded alone.
+    The judge runs it in a child of its own (``python -m gpucompile.chapter07 PATH RESULT``),
+    which runs that file and no notebook."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("gpucompile_flash_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return real_reports(SimpleNamespace(flash_fwd_kernel=module.flash_fwd_kernel))
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+    from pathlib import Path
+
+    Path(sys.argv[2]).write_text(json.dumps(file_reports(sys.argv[1])))

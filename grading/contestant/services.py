@@ -16,7 +16,6 @@ import importlib
 
 SERVICES = {
     "chapter07.launch_request": "gpucompile.chapter07:launch_request",
-    "chapter07.real_reports": "gpucompile.chapter07:real_reports",
     "chapter08.generate": "modellab.chapter08:generate",
     "chapter02.tables_shared": "grading.contestant.services:tables_shared",
 }

@@ -364,19 +364,46 @@ def compile_job(kernels: Kernels, request: LaunchRequest) -> dict:
         if runs:
             raise GradingFailure(f"`{name}` runs code when it is defined ({runs}): the grader compiles your kernels "
                                  f"from their source alone; keep the definition to `@triton.jit` and plain values")
+    # The kernel and the jitted functions it names (Triton finds its callees by name): the
+    # file's other kernels change nothing of this compile, so they stay out of the job.
+    functions = {n: f for n, f in kernels.functions.items() if n in _reachable(kernels.functions, request.kernel)}
     setup = [{"file": "grading", "source": "from triton import jit"}]
-    if any(f.file.endswith(REFERENCE_KERNELS.name) for f in kernels.functions.values()):
+    if any(f.file.endswith(REFERENCE_KERNELS.name) for f in functions.values()):
         setup.append(reference_kernels()[0])
     return {"kernel": request.kernel, "setup": setup, "modules": kernels.modules, "values": kernels.values,
-            "functions": {n: {"file": f.file, "first": f.first, "source": f.source}
-                          for n, f in kernels.functions.items()},
+            "functions": {n: {"file": f.file, "first": f.first, "source": f.source} for n, f in functions.items()},
             "signature": request.signature, "constexprs": request.constexprs, "attrs": request.attrs,
             "arch": request.arch, "num_warps": request.num_warps, "num_stages": request.num_stages}
 
 
+def _reachable(functions: dict[str, KernelSource], start: str) -> set[str]:
+    """``start`` and every function of ``functions`` it names, through any chain of names."""
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in functions:
+            continue
+        seen.add(name)
+        todo += [n.id for n in ast.walk(functions[name].node) if isinstance(n, ast.Name)]
+    return seen
+
+
 def compile_outside(job: dict, timeout: float) -> str | None:
     """Compile ``job`` in a fresh child in the contestants' sandbox; None when it compiled,
-    else the compiler's message. GradingFailure when the child itself failed."""
+    else the compiler's message. GradingFailure when the child itself failed. What a job
+    compiles to is a function of the job alone (its sources, constants, launch and
+    target), so a job this judge compiled before is answered as it was then: a catalogue
+    bug in one kernel leaves the other exercises' compiles as the solution's."""
+    key = json.dumps(job, sort_keys=True)
+    if key not in _COMPILED:
+        _COMPILED[key] = _compile_in_sandbox(job, timeout)
+    return _COMPILED[key]
+
+
+_COMPILED: dict[str, str | None] = {}  # a job's JSON -> compile_outside's answer (never a failure to run)
+
+
+def _compile_in_sandbox(job: dict, timeout: float) -> str | None:
     from grading.notebook.untrusted import read_untrusted
     from grading.proc.env import child_env
     from grading.proc.zygote import contain, hand_over
@@ -404,6 +431,37 @@ def compile_outside(job: dict, timeout: float) -> str | None:
         raise GradingFailure("grader error: the compiler's process answered in a form the grader does not read")
     error = answers[0].get("error")
     return None if error is None else str(error)
+
+
+def reference_reports(timeout: float) -> dict:
+    """``{arch: [[block_m, block_n, num_warps, num_stages, registers, shared_bytes,
+    spill_bytes, ptxas_log], ...]}``: the references' flash_fwd_kernel compiled at
+    ``gpucompile.chapter07.REAL_CONFIGS`` (what 7.6 and 7.7 read, each graded alone), by the
+    judge, in a child that runs the references' file and no notebook, once per judge: no
+    notebook's process can make up the reports its functions are graded on. GradingFailure
+    (a grader error) when the child fails."""
+    if "reports" not in _REFERENCE_REPORTS:
+        from grading.proc.env import child_env
+
+        work = Path(tempfile.mkdtemp(prefix="compile-"))
+        try:
+            env = {**child_env(work, 1, ""), "TRITON_INTERPRET": "0", "PYTHONPATH": str(ROOT)}
+            proc = subprocess.run([sys.executable, "-m", "gpucompile.chapter07", str(REFERENCE_KERNELS),
+                                   str(work / "reports.json")], cwd=work, env=env, stdin=subprocess.DEVNULL,
+                                  capture_output=True, timeout=timeout)
+            if proc.returncode != 0:
+                tail = (proc.stdout + proc.stderr).decode(errors="replace")[-OUTPUT_TAIL:]
+                raise GradingFailure(f"grader error: the reference flash kernel did not compile "
+                                     f"(status {proc.returncode}):\n{tail}")
+            _REFERENCE_REPORTS["reports"] = json.loads((work / "reports.json").read_text())
+        except subprocess.TimeoutExpired:
+            raise GradingFailure(f"grader error: compiling the reference flash kernel took longer than {timeout:g} s")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return _REFERENCE_REPORTS["reports"]
+
+
+_REFERENCE_REPORTS: dict = {}
 
 
 def check_compile(text: str, display: str, exercise: str, alone: str | None, launched, timeout: float) -> None:
