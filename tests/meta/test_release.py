@@ -201,12 +201,92 @@ def test_a_kind_of_mistake_graded_from_the_release_is_named(tmp_path):
 
 
 def _graded_from_release(stem: str, notebooks, *extra: str) -> subprocess.CompletedProcess:
-    # The repository's converted model (Chapter 8), not a conversion of its own in the release.
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(RELEASE),
-           "MODELLAB_CACHE": os.environ.get("MODELLAB_CACHE", str(ROOT / "_build" / "modellab"))}
-    return subprocess.run([sys.executable, "-m", "pytest", f"tests/test_{stem}.py", "-p", "no:cacheprovider", "-q",
-                           "-n", "0", "--notebooks", str(notebooks), *extra], cwd=RELEASE, env=env,
+    """Chapter ``stem`` graded by the release's own pytest on the notebooks in ``notebooks``."""
+    return subprocess.run(_release_pytest([stem], notebooks, *extra), cwd=RELEASE, env=_release_env(),
                           capture_output=True, text=True)
+
+
+def _release_env() -> dict:
+    # The repository's converted model (Chapter 8), not a conversion of its own in the release.
+    return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(RELEASE),
+            "MODELLAB_CACHE": os.environ.get("MODELLAB_CACHE", str(ROOT / "_build" / "modellab"))}
+
+
+def _release_pytest(stems, notebooks, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", *(f"tests/test_{stem}.py" for stem in stems), "-p", "no:cacheprovider",
+            "-q", "-n", "0", "--notebooks", str(notebooks), *extra]
+
+
+# The chapters graded together in one pytest. With the graders of Chapters 7, 10 or 13
+# imported in the same process, Hypothesis draws other examples for Chapter 3's property
+# test (derandomized, yet not the ones `make release` recorded: the cause is not found
+# yet), which the release then cannot replay; a student grades one chapter at a time.
+TOGETHER = [[stem for stem in CHAPTERS if stem[:2] not in ("07", "10", "13")],
+            [stem for stem in CHAPTERS if stem[:2] in ("07", "10", "13")]]
+
+
+def _graded_chapters(notebooks, where, *extra: str) -> dict:
+    """Every chapter graded by the release's own pytest on the notebooks in ``notebooks``,
+    the chapters of each group of :data:`TOGETHER` in one run (one start of Python, of the
+    judge and of Chapter 8's model for the group), read back from pytest's JUnit XML:
+    ``{"procs": the runs, "cases": {stem: [(test, "passed" | "failed" | "skipped")]}}``."""
+    import xml.etree.ElementTree as ET
+
+    procs, cases = [], {stem: [] for stem in CHAPTERS}
+    for n, stems in enumerate(TOGETHER):
+        junit = where / f"junit-{n}.xml"
+        procs.append(subprocess.run(_release_pytest(stems, notebooks, f"--junitxml={junit}", *extra), cwd=RELEASE,
+                                    env=_release_env(), capture_output=True, text=True))
+        for case in (ET.parse(junit).getroot().iter("testcase") if junit.is_file() else ()):
+            stem = case.get("classname", "").rpartition("test_")[2]
+            outcome = ("failed" if case.find("failure") is not None or case.find("error") is not None
+                       else "skipped" if case.find("skipped") is not None else "passed")
+            cases.setdefault(stem, []).append((case.get("name"), outcome))
+    return {"procs": procs, "cases": cases}
+
+
+def _said(run: dict) -> str:
+    return "".join(proc.stdout[-3000:] + proc.stderr[-2000:] for proc in run["procs"])
+
+
+@pytest.fixture(scope="module")
+def solutions_graded(tmp_path_factory):
+    """Every chapter's solution, graded from the release in one run."""
+    solved = tmp_path_factory.mktemp("solved")
+    for stem in CHAPTERS:
+        shutil.copyfile(SOLUTIONS / f"{stem}.ipynb", solved / f"{stem}.ipynb")
+    return _graded_chapters(solved, tmp_path_factory.mktemp("solved-run"))
+
+
+@pytest.fixture(scope="module")
+def stubs_graded(tmp_path_factory):
+    """The exercise notebooks as handed out, every chapter graded from the release in one run."""
+    return _graded_chapters(RELEASE / "exercises", tmp_path_factory.mktemp("stubs-run"), "-rN")
+
+
+def _sample(stem: str) -> list:
+    """A sample of the catalogue: each chapter's first bug and its last."""
+    bugs = load_catalogue(stem)
+    return bugs[:1] + bugs[1:][-1:]
+
+
+@pytest.fixture(scope="module")
+def sample_graded(tmp_path_factory):
+    """The catalogue sample (:func:`_sample`): the first bugs of every chapter graded from the
+    release in one run, the last bugs in another, each bug on its exercise's tests only
+    (the whole catalogue through the release costs what make bench measures,
+    release.diagnose_recall). ``{(stem, bug name): its chapter's cases in its run}``."""
+    out = {}
+    for which in (0, 1):
+        folder = tmp_path_factory.mktemp(f"sample-{which}")
+        bugs = {stem: _sample(stem)[min(which, len(_sample(stem)) - 1)] for stem in CHAPTERS}
+        for stem, bug in bugs.items():
+            nbformat.write(bug.apply(nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4)),
+                           folder / f"{stem}.ipynb")
+        marks = " or ".join(sorted({"ex" + bug.exercise.replace(".", "_") for bug in bugs.values()}))
+        run = _graded_chapters(folder, tmp_path_factory.mktemp(f"sample-run-{which}"), "-m", marks)
+        out.update({(stem, bug.name): {"run": run, "cases": run["cases"][stem]} for stem, bug in bugs.items()})
+    return out
 
 
 @needs_release
@@ -235,38 +315,36 @@ def test_reference_leak_check_finds_a_reference_function(tmp_path):
 @needs_release
 @pytest.mark.parametrize("stem", CHAPTERS)
 @pytest.mark.timeout(CHAPTER_TIMEOUT_S)
-def test_solution_earns_full_marks_from_the_release(stem, tmp_path):
+def test_solution_earns_full_marks_from_the_release(stem, solutions_graded):
     """A solution notebook graded from _build/release, on the replayed expected values and
     with its own functions throughout (no swap), passes every test there."""
-    shutil.copyfile(SOLUTIONS / f"{stem}.ipynb", tmp_path / f"{stem}.ipynb")
-    done = _graded_from_release(stem, tmp_path)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "failed" not in done.stdout.splitlines()[-1], done.stdout[-2000:]
+    cases = solutions_graded["cases"][stem]
+    failed = [name for name, outcome in cases if outcome == "failed"]
+    assert cases and not failed, f"{stem}: {failed or 'no test ran'}\n" + _said(solutions_graded)
+    assert any(outcome == "passed" for _, outcome in cases), _said(solutions_graded)
 
 
 @needs_release
 @pytest.mark.parametrize("stem", CHAPTERS)
 @pytest.mark.timeout(CHAPTER_TIMEOUT_S)
-def test_stubs_fail_from_the_release(stem):
+def test_stubs_fail_from_the_release(stem, stubs_graded):
     """The exercise notebooks as handed out earn no test from the release's graders."""
-    done = _graded_from_release(stem, RELEASE / "exercises", "-rN")
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
-    last = done.stdout.strip().splitlines()[-1]
-    assert " passed" not in last, done.stdout[-3000:]
+    cases = stubs_graded["cases"][stem]
+    passed = [name for name, outcome in cases if outcome == "passed"]
+    assert not passed and any(outcome == "failed" for _, outcome in cases), \
+        f"{stem}: passed {passed or 'nothing, and failed nothing'}\n" + _said(stubs_graded)
 
 
 @needs_release
 @pytest.mark.parametrize("stem", CHAPTERS)
 @pytest.mark.timeout(CHAPTER_TIMEOUT_S)
-def test_catalogue_sample_is_rejected_from_the_release(stem, tmp_path):
+def test_catalogue_sample_is_rejected_from_the_release(stem, sample_graded):
     """A sample of the catalogue (each chapter's first bug and its last, graded on their
-    exercise's tests only: the whole catalogue through the release costs what make bench
-    measures, release.diagnose_recall) is rejected by the release's graders."""
-    bugs = load_catalogue(stem)
-    for bug in bugs[:1] + bugs[1:][-1:]:
-        nbformat.write(bug.apply(nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4)), tmp_path / f"{stem}.ipynb")
-        done = _graded_from_release(stem, tmp_path, "-m", "ex" + bug.exercise.replace(".", "_"))
-        assert done.returncode == 1, f"{bug.name} passes from the release\n" + done.stdout[-3000:]
+    exercise's tests only) is rejected by the release's graders."""
+    for bug in _sample(stem):
+        graded = sample_graded[stem, bug.name]
+        assert any(outcome == "failed" for _, outcome in graded["cases"]), \
+            f"{bug.name} passes from the release: {graded['cases']}\n" + _said(graded["run"])
 
 
 # (chapter, the catalogue bug put in, the exercises graded, the line the failure opens with)
