@@ -662,8 +662,8 @@ def _ptxas_missing():
 
 def _real_reports():
     """{arch: {config: report}} for the flash_fwd_kernel 7.6 and 7.7 read (each graded alone:
-    the references'), compiled by the judge itself, once (grading.judge.triton_compile)."""
-    from grading.judge.triton_compile import reference_reports
+    the references'), compiled by the judge itself, once (grading.judge.triton_child)."""
+    from grading.judge.triton_child import reference_reports
 
     if "reports" not in _REAL_REPORTS:
         plain = reference_reports(REAL_TIMEOUT_S)

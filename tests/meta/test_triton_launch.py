@@ -188,7 +188,8 @@ def test_a_launch_off_its_schema_or_unlike_the_kernel_is_refused():
 def test_the_judge_compiles_a_kernel_read_from_the_text_in_a_child_of_its_own():
     from pathlib import Path
 
-    from grading.judge.triton_compile import LaunchRequest, compile_job, compile_outside, notebook_kernels
+    from grading.judge.triton_child import compile_outside
+    from grading.judge.triton_compile import LaunchRequest, compile_job, notebook_kernels
 
     if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
         pytest.skip("this Triton wheel ships no ptxas to compile with")
