@@ -219,10 +219,13 @@ def _release_pytest(stems, notebooks, *extra: str) -> list[str]:
 
 # The chapters graded together in one pytest. With the graders of Chapters 7, 10 or 13
 # imported in the same process, Hypothesis draws other examples for Chapter 3's property
-# test (derandomized, yet not the ones `make release` recorded: the cause is not found
-# yet), which the release then cannot replay; a student grades one chapter at a time.
-TOGETHER = [[stem for stem in CHAPTERS if stem[:2] not in ("07", "10", "13")],
-            [stem for stem in CHAPTERS if stem[:2] in ("07", "10", "13")]]
+# test (derandomized, but mixed with constants from the local modules loaded), which the
+# release never recorded; and 10.6's ranks, started after Chapter 7's tests, measured a
+# peak of 330 MiB against their 16 MiB bound. A student grades one chapter at a time.
+APART = ("07", "10", "13")
+TOGETHER = [[stem for stem in CHAPTERS if stem[:2] not in APART],
+            [stem for stem in CHAPTERS if stem[:2] in ("07", "13")],
+            [stem for stem in CHAPTERS if stem[:2] == "10"]]
 
 
 def _graded_chapters(notebooks, where, *extra: str) -> dict:
