@@ -359,7 +359,8 @@ def compile_job(kernels: Kernels, request: LaunchRequest) -> dict:
                                  f"from their source alone; keep the definition to `@triton.jit` and plain values")
     # The kernel and the jitted functions it names (Triton finds its callees by name): the
     # file's other kernels change nothing of this compile, so they stay out of the job.
-    functions = {n: f for n, f in kernels.functions.items() if n in _reachable(kernels.functions, request.kernel)}
+    needed = _reachable(kernels.functions, request.kernel)
+    functions = {n: f for n, f in kernels.functions.items() if n in needed}
     setup = [{"file": "grading", "source": "from triton import jit"}]
     if any(f.file.endswith(REFERENCE_KERNELS.name) for f in functions.values()):
         setup.append(reference_kernels()[0])
