@@ -212,6 +212,12 @@ def pytest_sessionfinish(session):
     manager.unregister(plugin)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+        determinism.same_property_examples()  # recording, replay and proof draw the same cases
+
+
 def pytest_generate_tests(metafunc):
     if "nb" not in metafunc.fixturenames:
         return

@@ -217,15 +217,11 @@ def _release_pytest(stems, notebooks, *extra: str) -> list[str]:
             "-q", "-n", "0", "--notebooks", str(notebooks), *extra]
 
 
-# The chapters graded together in one pytest. With the graders of Chapters 7, 10 or 13
-# imported in the same process, Hypothesis draws other examples for Chapter 3's property
-# test (derandomized, but mixed with constants from the local modules loaded), which the
-# release never recorded; and 10.6's ranks, started after Chapter 7's tests, measured a
-# peak of 330 MiB against their 16 MiB bound. A student grades one chapter at a time.
-APART = ("07", "10", "13")
-TOGETHER = [[stem for stem in CHAPTERS if stem[:2] not in APART],
-            [stem for stem in CHAPTERS if stem[:2] in ("07", "13")],
-            [stem for stem in CHAPTERS if stem[:2] == "10"]]
+# The chapters graded together in one pytest, and Chapter 10 in one of its own: 10.6's
+# ranks, started after Chapter 7's tests in the same run, measured a peak of 330 MiB
+# against their 16 MiB bound. A student grades one chapter at a time.
+APART = "10_context_parallel"
+TOGETHER = [[stem for stem in CHAPTERS if stem != APART], [APART]]
 
 
 def _graded_chapters(notebooks, where, *extra: str) -> dict:
@@ -387,3 +383,38 @@ def test_recorded_values_keep_dtypes_numpy_lacks():
     for t in (torch.tensor([1.5, -448.0, 2.0**-9]).to(torch.float8_e4m3fn), torch.tensor([1.25]).bfloat16()):
         back = decode(encode(t, arrays), arrays)
         assert back.dtype == t.dtype and torch.equal(back.float(), t.float())
+
+
+# A derandomized property test, run in a fresh process with other local modules loaded
+# first or not: prints a digest of the examples it drew.
+DRAWS = '''
+import hashlib, sys
+from hypothesis import given, settings, strategies as st
+if "more-modules" in sys.argv:
+    import grading.classroom.run, grading.judge.replay, modellab.load  # local modules, full of constants
+if "same-examples" in sys.argv:
+    from grading.determinism import same_property_examples
+    same_property_examples()
+seen = []
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(st.lists(st.floats(-1e4, 1e4, width=32), max_size=6), st.integers(0, 10**6), st.text(max_size=4))
+def draw(xs, n, s):
+    seen.append((xs, n, s))
+draw()
+print(hashlib.sha256(repr(seen).encode()).hexdigest())
+'''
+
+
+def test_property_tests_draw_the_same_examples_whatever_else_is_imported():
+    """The release replays what its recording drew: a property test must draw the same cases
+    when the student grades one chapter or all of them in one run (Hypothesis mixes the
+    constants of the local modules loaded into its draws; grading.determinism empties that
+    pool, and the plugin does so before every property test)."""
+    def digest(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-c", DRAWS, *args], capture_output=True, text=True, cwd=ROOT,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.strip()
+
+    assert digest() != digest("more-modules"), "the pool no longer moves the draws: this test proves nothing"
+    assert digest("same-examples") == digest("more-modules", "same-examples")
