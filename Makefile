@@ -43,9 +43,11 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 
 install: $(STAMP)
 
-# jupyter-cache (execute_notebooks: cache) re-executes only notebooks whose code changed.
+# jupyter-cache (execute_notebooks: cache) re-executes only notebooks whose code changed;
+# tools.execute_pages runs those side by side first (the build would run them one by one).
 # The translated editions follow, from the same cache: they re-execute nothing.
 book: $(STAMP) $(MODEL_CACHE)
+	$(BIN)/python -m tools.execute_pages
 	$(BIN)/jupyter-book build . -W --keep-going
 	$(foreach lang,$(LANGS),$(BIN)/python -m tools.i18n build --lang $(lang) &&) true
 

@@ -185,6 +185,8 @@ def release_config() -> Path:
 def build_book() -> Path:
     """The book without its solution pages, into BOOK_OUT (warnings are errors, as in make book)."""
     toc, config = release_toc(), release_config()
+    # The pages' code is the book's: executed side by side into the cache the build reads.
+    subprocess.run([sys.executable, "-m", "tools.execute_pages"], cwd=ROOT, check=True)
     jb = Path(sys.executable).parent / "jupyter-book"
     subprocess.run([str(jb), "build", str(ROOT), "--toc", str(toc), "--config", str(config), "--path-output",
                     str(BOOK_OUT), "-W", "--keep-going"], cwd=ROOT, check=True)
