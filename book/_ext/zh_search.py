@@ -45,6 +45,15 @@ def _read_terms(path: str | None) -> list[str]:
     return [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+class _LatinTerms(set):
+    """The Latin words split so far, as a set: Sphinx 7's Chinese search keeps them in a list
+    that grows with every page and searches it for every word it stems, which made the
+    index of this edition a minute of a build (quadratic); membership is all it asks."""
+
+    def extend(self, words) -> None:
+        self.update(words)
+
+
 class ChineseTerms(SearchChinese):
     """Sphinx's Chinese search, with each compound term of the book also indexed whole."""
 
@@ -52,6 +61,7 @@ class ChineseTerms(SearchChinese):
 
     def init(self, options: dict[str, str]) -> None:
         super().init(options)
+        self.latin_terms = _LatinTerms(self.latin_terms)
         terms = sorted(_read_terms(options.get("compounds")), key=len, reverse=True)
         # "KV 缓存" also matches "KV缓存" and "kv  缓存": spaces between the words are optional.
         patterns = [r"\s*".join(re.escape(word) for word in term.split()) for term in terms]
