@@ -662,18 +662,13 @@ def _ptxas_missing():
 
 def _real_reports():
     """{arch: {config: report}} for the flash_fwd_kernel 7.6 and 7.7 read (each graded alone:
-    the references'), compiled by the judge itself, once (grading.judge.triton_child)."""
+    the references'), compiled by the judge itself, once per judge (grading.judge.triton_child
+    keeps them)."""
     from grading.judge.triton_child import reference_reports
 
-    if "reports" not in _REAL_REPORTS:
-        plain = reference_reports(REAL_TIMEOUT_S)
-        _check_reports(plain)
-        _REAL_REPORTS["reports"] = {arch: {tuple(row[:4]): _Report(_Usage(*row[4:7]), row[7]) for row in rows}
-                                    for arch, rows in plain.items()}
-    return _REAL_REPORTS["reports"]
-
-
-_REAL_REPORTS: dict = {}
+    plain = reference_reports(REAL_TIMEOUT_S)
+    _check_reports(plain)
+    return {arch: {tuple(row[:4]): _Report(_Usage(*row[4:7]), row[7]) for row in rows} for arch, rows in plain.items()}
 
 
 def _check_reports(plain):
