@@ -23,11 +23,11 @@ EXPECTED = BUILD / "expected"  # record(): NN_topic.npz and its stamp, NN_topic.
 
 
 def stamp_for(stem: str) -> str:
-    """What a chapter's records depend on: its graders, references, solution, the recorder
-    and the codecs it stores values with."""
+    """What a chapter's records depend on: its graders, references, solution, the recorder,
+    the codecs it stores values with, and what decides the cases a property test draws."""
     here = Path(__file__).parent
-    recorder = [here / "replay.py", here / "record_file.py", here / "expected.py",
-                *sorted(Path(wire.__file__).parent.glob("*.py"))]
+    recorder = [here / "replay.py", here / "record_file.py", here / "expected.py", here / "plugin.py",
+                here.parent / "determinism.py", *sorted(Path(wire.__file__).parent.glob("*.py"))]
     return stamp_of([TESTS / f"test_{stem}.py", *sorted(REFERENCES.glob(f"ref_{stem[:2]}_*.py")),
                             SOLUTIONS / f"{stem}.ipynb", *recorder])
 
