@@ -428,8 +428,7 @@ def build(language: str) -> float:
     """
     start = time.perf_counter()
     subprocess.run(
-        # -j: the pages are read side by side (the output is the same, byte for byte).
-        [str(BIN / "sphinx-build"), "-j", "auto", "-b", "html", "-W", "--keep-going", "-q", "-c", str(CONF_DIR),
+        [str(BIN / "sphinx-build"), "-b", "html", "-W", "--keep-going", "-q", "-c", str(CONF_DIR),
          "-D", f"language={language}", "-d", str(ROOT / "_build" / "doctrees" / language),
          str(ROOT), str(HTML / language)],
         check=True, cwd=ROOT,
