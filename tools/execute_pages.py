@@ -12,6 +12,10 @@ exactly as the build would cache it (same reader, folder, timeout and error poli
 ``_config.yml``); a page that fails here is left uncached, so the build executes it again
 and reports its error as it always did (``-W``). Pages already cached are not run.
 
+A page that times its own code (its front matter says ``timed: true``; a test holds every
+page that reads a clock to it) prints measurements a reader compares: it runs alone, after
+the others, with nothing beside it on the machine, as in a build that executes page by page.
+
     python -m tools.execute_pages [--jobs N]
 """
 
@@ -65,6 +69,20 @@ def notebook_pages(root: Path = ROOT) -> list[Path]:
     return pages
 
 
+def front_matter(path: Path) -> dict:
+    """The page's YAML front matter (between its first two ``---`` lines), or {}."""
+    text = path.read_text(encoding="utf-8")
+    if not text.startswith("---"):
+        return {}
+    head, sep, _ = text[3:].partition("\n---")
+    return (yaml.safe_load(head) or {}) if sep else {}
+
+
+def is_timed(path: Path) -> bool:
+    """Whether the page times its own code (``timed: true``): it executes alone."""
+    return front_matter(path).get("timed") is True
+
+
 def _execute(path: str, timeout: int, allow_errors: bool):
     """One page, in this worker process: (its executed notebook or None, seconds, error)."""
     from jupyter_cache.executors.utils import single_nb_execution
@@ -99,19 +117,26 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.perf_counter()
     timeout, allow_errors = int(config.get("timeout", 30)), bool(config.get("allow_errors", False))
-    with ProcessPoolExecutor(max_workers=max(1, min(args.jobs, len(todo)))) as pool:
-        futures = {pool.submit(_execute, path, timeout, allow_errors): path for path in todo}
-        for future in as_completed(futures):
-            path = futures[future]
-            nb, seconds, error = future.result()
-            name = Path(path).relative_to(ROOT)
-            if nb is None:
-                print(f"execute_pages: {name} failed ({error}) after {seconds:.0f} s; the build will run it again")
-                continue
-            cache.cache_notebook_bundle(CacheBundleIn(nb, records[path].uri, data={"execution_seconds": seconds}),
-                                        check_validity=False, overwrite=True)
-            print(f"execute_pages: {name} in {seconds:.0f} s")
-    print(f"execute_pages: {len(todo)} pages, {args.jobs} at a time, in {time.perf_counter() - start:.0f} s")
+    side_by_side = [path for path in todo if not is_timed(Path(path))]
+    alone = [path for path in todo if is_timed(Path(path))]
+    for batch, jobs in ((side_by_side, args.jobs), *(([path], 1) for path in alone)):
+        if not batch:
+            continue
+        with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(batch)))) as pool:
+            futures = {pool.submit(_execute, path, timeout, allow_errors): path for path in batch}
+            for future in as_completed(futures):
+                path = futures[future]
+                nb, seconds, error = future.result()
+                name = Path(path).relative_to(ROOT)
+                if nb is None:
+                    print(f"execute_pages: {name} failed ({error}) after {seconds:.0f} s; the build will run it again")
+                    continue
+                cache.cache_notebook_bundle(
+                    CacheBundleIn(nb, records[path].uri, data={"execution_seconds": seconds}),
+                    check_validity=False, overwrite=True)
+                print(f"execute_pages: {name} in {seconds:.0f} s" + (" (timed: alone)" if path in alone else ""))
+    print(f"execute_pages: {len(side_by_side)} pages {args.jobs} at a time, then {len(alone)} timed pages one by "
+          f"one, in {time.perf_counter() - start:.0f} s")
     return 0
 
 

@@ -215,3 +215,22 @@ def test_versions_the_student_readme_names_are_the_pinned_ones():
     differ = {name: (version, author.get(name.lower())) for name, version in named.items()
               if author.get(name.lower()) != version}
     assert not differ, f"tools/release/README.md vs requirements.txt: {differ}"
+
+
+CLOCKS = re.compile(r"\b(?:perf_counter|monotonic|process_time|timeit)\b|\btime\.time\(")
+
+
+def test_every_page_that_times_its_code_executes_alone():
+    """tools.execute_pages runs the book's pages side by side, except those whose front matter
+    says ``timed: true``, which run alone: a page that reads a clock prints what it measured,
+    and a page beside it on the machine would move those numbers."""
+    from tools.execute_pages import is_timed, notebook_pages
+
+    pages = notebook_pages()
+    assert len(pages) >= 15, pages
+    code = {page: "\n".join(re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```[ \t]*$", page.read_text(encoding="utf-8"),
+                                       re.S | re.M)) for page in pages}
+    unmarked = [page.relative_to(ROOT).as_posix() for page in pages if CLOCKS.search(code[page]) and not is_timed(page)]
+    assert not unmarked, f"pages that read a clock without `timed: true` in their front matter: {unmarked}"
+    needless = [page.relative_to(ROOT).as_posix() for page in pages if is_timed(page) and not CLOCKS.search(code[page])]
+    assert not needless, f"pages marked `timed: true` that read no clock (they could run side by side): {needless}"
