@@ -94,8 +94,9 @@ portable-avx2: $(STAMP)
 	MKL_ENABLE_INSTRUCTIONS=AVX2 $(if $(HAS_AVX2),OPENBLAS_CORETYPE=Haswell) $(PORTABLE_NBVAL)
 
 # The book build is a check too (warnings are errors); then a real browser opens every page.
+# Two browsers, pages dealt one at a time (--dist load): one waits on a page while the other draws.
 test-book: book
-	$(BIN)/python -m pytest -p no:grading tests/browser/ -q
+	$(BIN)/python -m pytest -p no:grading -n $(JOBS) --dist load tests/browser/ -q
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
