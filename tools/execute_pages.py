@@ -69,18 +69,11 @@ def notebook_pages(root: Path = ROOT) -> list[Path]:
     return pages
 
 
-def front_matter(path: Path) -> dict:
-    """The page's YAML front matter (between its first two ``---`` lines), or {}."""
-    text = path.read_text(encoding="utf-8")
-    if not text.startswith("---"):
-        return {}
-    head, sep, _ = text[3:].partition("\n---")
-    return (yaml.safe_load(head) or {}) if sep else {}
-
-
 def is_timed(path: Path) -> bool:
     """Whether the page times its own code (``timed: true``): it executes alone."""
-    return front_matter(path).get("timed") is True
+    from tools.readme import front_matter
+
+    return front_matter(path.read_text(encoding="utf-8"))[0].get("timed") is True
 
 
 def _execute(path: str, timeout: int, allow_errors: bool):
