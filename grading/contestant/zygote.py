@@ -11,6 +11,7 @@ attached: a fork becomes a contestant there, :func:`grading.contestant.server.co
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -76,6 +77,12 @@ def _import_shared() -> None:
     from grading import determinism
 
     determinism.make_deterministic()
+    # A fork shares these pages until it writes one: the collector, walking every object,
+    # would copy all of them into each contestant at a moment that depends on how many
+    # objects the contestant made, and its measured memory with them. Frozen, it never
+    # walks them.
+    gc.collect()
+    gc.freeze()
 
 
 def _fork_contestant(control: socket.socket, fd: int) -> int:

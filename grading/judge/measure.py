@@ -15,6 +15,10 @@ process tree, found from the judge by the contestant's pid (:class:`Tree`).
   kernel's high-water mark of each process (``VmHWM``), reset by the judge before the
   call (``/proc/PID/clear_refs``), which the process could reset again itself;
   ``Peak.how`` says which. Where neither can be read, :class:`Unmeasurable` says why.
+  So that a peak is what the notebook held, and not its allocator's or the protocol's
+  history, a contestant's large allocations are returned when freed
+  (:data:`grading.proc.zygote.MMAP_THRESHOLD`), its zygote's objects are frozen before it
+  forks, and the tensors of a message are sent from their own memory, not from a copy.
 - **Bytes** (:func:`loopback_bytes`): what crossed the loopback of the network
   namespace the contestants share (``/proc/PID/net/dev``), read from outside it:
   Chapter 10's ranks talk only there.

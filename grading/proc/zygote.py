@@ -29,6 +29,11 @@ from grading.proc.env import child_env, work_folders
 LOG_CAP = 64 * 1024  # bytes of the contestants' stdout and stderr kept (the tail of a crash)
 MAX_PROCESSES = 1024  # processes and threads of one zygote's uid: gloo ranks and their threads count, and
 # each contestant is three processes (grading.contestant.isolation: its first fork, an init, itself)
+# Every allocation of 1 MiB or more is a mapping of its own, returned to the system when freed.
+# glibc's default moves that bar with the history of frees, so a 16 MiB tensor was sometimes
+# kept in the heap and sometimes not, and a rank's peak (grading.judge.measure) moved by a
+# whole tensor between runs that held the same tensors: measured memory is what is held.
+MMAP_THRESHOLD = 1 << 20
 IN_PROCESS = "GRADING_IN_PROCESS"  # "1": make bench's in-process baseline, which starts no contestant
 
 
@@ -94,6 +99,7 @@ class Launcher:
         env = child_env(work, self.limits.threads, self.limits.cuda_devices)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
         env.update({str(k): str(v) for k, v in self.env.items()})
+        env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)  # read by glibc at the zygote's start
         env["GLOO_SOCKET_IFNAME"] = "lo"  # Chapter 10's ranks: loopback, inside the sandbox's own network
         env["GRADING_LIMITS"] = self.limits.rlimits()
         self.proc = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
