@@ -59,7 +59,8 @@ def main(argv: list[str]) -> int:
         print(f"{r.name:<44} {r.value:>12.4g} {r.unit:<10} {r.goal:<9} {_verdict(r)}")
     print(f"\nwrote {OUT.relative_to(ROOT)} ({len(merged)} records); torch threads: {THREADS}")
     if save:
-        path = write_results([r.to_json() for r in records], THREADS)
+        path = write_results([r.to_json() for r in records], THREADS,
+                             command=" ".join(["python -m benchmarks", *argv, "--results"]))
         print(f"added {len(records)} records to {path.relative_to(ROOT)}")
     if failed_modules:
         print("benchmark modules that crashed: " + ", ".join(failed_modules))

@@ -7,7 +7,7 @@ written first), ``machine`` says what ran the
 benchmarks (CPU model and vendor; family, model number, stepping and the flags of
 ``CPU_FLAGS``; cores, torch's threads, BLAS, torch version; files written before those
 CPU fields were recorded lack them),
-``source`` how the file came to be, and ``records`` is the list of
+``source`` how the file came to be (each command that added to it, in order), and ``records`` is the list of
 ``Record.to_json()``. ``python -m benchmarks --results MODULES`` writes today's file for
 this CPU, adding to it when it exists (the records of a module run again replace the
 old ones); ``python -m benchmarks.readme`` builds the table of docs/benchmarks.md from these files.
@@ -102,9 +102,11 @@ def results_path(date: str, cpu_model: str, threads: int) -> Path:
     return RESULTS_DIR / f"{date}-{slug(cpu_model)}-{threads}-thread{'s' if threads != 1 else ''}.json"
 
 
-def write_results(records: list[dict], threads: int, date: str | None = None) -> Path:
+def write_results(records: list[dict], threads: int, date: str | None = None,
+                  command: str = "python -m benchmarks --results") -> Path:
     """Add ``records`` (``Record.to_json()`` dicts) to today's results file for this CPU
-    and thread count; a record of the same name replaces the old one. Returns the path."""
+    and thread count; a record of the same name replaces the old one, and ``command`` (what
+    made them) is added to the file's ``source``. Returns the path."""
     date = date or datetime.date.today().isoformat()
     here = machine(threads)
     path = results_path(date, str(here["cpu_model"]), threads)
@@ -116,7 +118,9 @@ def write_results(records: list[dict], threads: int, date: str | None = None) ->
     merged = {r["name"]: r for r in (old["records"] if old else [])}
     merged.update({r["name"]: r for r in records})
     written = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    data = {"date": date, "written": written, "machine": here, "source": "python -m benchmarks --results",
+    # A footnote of docs/benchmarks.md quotes the source: it names every run the file holds.
+    source = f"{old['source']}, then {command}" if old and old.get("source") else command
+    data = {"date": date, "written": written, "machine": here, "source": source,
             "records": sorted(merged.values(), key=lambda r: r["name"])}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")

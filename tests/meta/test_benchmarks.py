@@ -102,8 +102,11 @@ def test_results_are_added_to_the_file_of_the_day(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
     first = Record("a.one", 1.0, "x", "<= 2").to_json()
     path = results.write_results([first, Record("a.two", 2.0, "x").to_json()], threads=1, date="2030-01-02")
-    results.write_results([Record("a.one", 3.0, "x", "<= 2").to_json()], threads=1, date="2030-01-02")
+    results.write_results([Record("a.one", 3.0, "x", "<= 2").to_json()], threads=1, date="2030-01-02",
+                          command="python -m benchmarks one --results")
     data = json.loads(path.read_text())
+    # The file names every run it holds, in order: docs/benchmarks.md's footnote quotes it.
+    assert data["source"] == "python -m benchmarks --results, then python -m benchmarks one --results"
     assert path.name.startswith("2030-01-02-") and data["machine"]["torch_threads"] == 1
     # The UTC time of the write orders two files of one day.
     assert datetime.datetime.fromisoformat(data["written"]).utcoffset() == datetime.timedelta(0)
