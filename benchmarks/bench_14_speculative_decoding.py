@@ -10,8 +10,8 @@
   greedy tokens. Goal == 1.
 - ``spec.smollm2_acceptance_window`` and ``spec.smollm2_tokens_per_verify``: the acceptance
   rate (accepted drafts over drafted) and the tokens per verification at the chapter's
-  window, with Exercise 14.5's prediction from the per-token acceptance in the note
-  (report).
+  window (report); ``spec.smollm2_tokens_per_verify_formula`` beside them, Exercise 14.5's
+  prediction from the per-token acceptance the same run measured (report).
 - ``spec.smollm2_acceptance_quest``: the acceptance rate of the second draft, the same
   weights reading the target's own cache through Chapter 11's Quest selection of as many
   tokens as the chapter's window (report).
@@ -161,6 +161,9 @@ def run() -> list[Record]:
         Record("spec.smollm2_tokens_per_verify", chosen.tokens_per_verify, "tokens",
                note=f"{lab} {CHAPTER_WINDOW}: {chosen.verifications} verifications; expected_tokens({alpha:.3f}, "
                     f"{SMOL_GAMMA}) predicts {predicted:.2f}"),
+        Record("spec.smollm2_tokens_per_verify_formula", predicted, "tokens",
+               note=f"expected_tokens(alpha, {SMOL_GAMMA}) with the per-token acceptance alpha = {alpha:.3f} the same "
+                    f"run measured (accepted / (accepted + rejections)): the formula beside the count"),
         Record("spec.smollm2_acceptance_quest", quest.acceptance_rate, "fraction",
                note=f"SmolLM2-135M, the same prompt and gamma, the target's cache read through Quest's {QUEST_PAGES} "
                     f"pages of {QUEST_PAGE}: {quest.accepted} of {quest.drafted} drafts accepted; per-token "

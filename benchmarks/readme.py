@@ -86,8 +86,9 @@ ROWS: list[tuple[tuple[str, ...], str]] = [
      "cache bytes per GPU: tensor parallel / decode context parallel, 8 GPUs"),
     (("spec.first_token_tv_distance",), "speculative sampling: the first token's distribution vs the target's, fp64"),
     (("spec.smollm2_greedy_match",), "SmolLM2 drafting for itself: runs whose tokens equal Llama.generate's"),
-    (("spec.smollm2_acceptance_window", "spec.smollm2_tokens_per_verify"),
-     "its draft on 4 sinks + a window of 256 of 1,024 tokens: acceptance rate; tokens per verification"),
+    (("spec.smollm2_acceptance_window", "spec.smollm2_tokens_per_verify", "spec.smollm2_tokens_per_verify_formula"),
+     "its draft on 4 sinks + a window of 256 of 1,024 tokens: acceptance rate; tokens per verification; the "
+     "formula's tokens per verification at the per-token acceptance it measured"),
     (("spec.smollm2_acceptance_quest",), "its draft on Quest's 16 pages of 16 of the same cache: acceptance rate"),
     (("spec.smollm2_cpu_wall_ratio",), "plain / speculative greedy decoding, wall time on the CPU"),
     (("spec.modelled_speedup_llama8b",),
