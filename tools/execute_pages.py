@@ -110,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.perf_counter()
     timeout, allow_errors = int(config.get("timeout", 30)), bool(config.get("allow_errors", False))
-    side_by_side = [path for path in todo if not is_timed(Path(path))]
-    alone = [path for path in todo if is_timed(Path(path))]
-    for batch, jobs in ((side_by_side, args.jobs), *(([path], 1) for path in alone)):
+    timed = {path for path in todo if is_timed(Path(path))}
+    side_by_side, alone = [p for p in todo if p not in timed], [p for p in todo if p in timed]
+    # The timed pages after the others have ended, through one worker: one at a time.
+    for batch, jobs in ((side_by_side, args.jobs), (alone, 1)):
         if not batch:
             continue
         with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(batch)))) as pool:
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 cache.cache_notebook_bundle(
                     CacheBundleIn(nb, records[path].uri, data={"execution_seconds": seconds}),
                     check_validity=False, overwrite=True)
-                print(f"execute_pages: {name} in {seconds:.0f} s" + (" (timed: alone)" if path in alone else ""))
+                print(f"execute_pages: {name} in {seconds:.0f} s" + (" (timed: alone)" if path in timed else ""))
     print(f"execute_pages: {len(side_by_side)} pages {args.jobs} at a time, then {len(alone)} timed pages one by "
           f"one, in {time.perf_counter() - start:.0f} s")
     return 0
